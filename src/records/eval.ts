@@ -1,0 +1,29 @@
+import { z } from 'zod';
+import { version } from './common.js';
+
+/** `eval`: one record per problem. */
+export const EvalProblem = z.looseObject({
+  v: version,
+  problem_id: z.string(),
+  n: z.int().nonnegative(),
+  correct: z.int().nonnegative(),
+  mean_reward: z.number(),
+  mean_tokens: z.number(),
+  tool_calls: z.number(),
+  tool_errors: z.number(),
+});
+export type EvalProblem = z.output<typeof EvalProblem>;
+
+/** `eval`: the closing summary of one benchmark. */
+export const EvalSummary = z.looseObject({
+  v: version,
+  summary: z.literal(true),
+  benchmark: z.string(),
+  n: z.int().nonnegative(),
+  'avg@n': z.number(),
+  'pass@k': z.record(z.string(), z.number()),
+  mean_tokens: z.number(),
+  tool_error_rate: z.number(),
+  policy: z.string(),
+});
+export type EvalSummary = z.output<typeof EvalSummary>;

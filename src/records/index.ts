@@ -1,0 +1,25 @@
+import type { z } from 'zod';
+import { EvalProblem, EvalSummary } from './eval.js';
+import { Problem } from './problem.js';
+import { BatchSubmission, Submission, SubmissionResult } from './sandbox.js';
+import { Step } from './step.js';
+import { TrainRecord, Trajectory } from './trajectory.js';
+
+export * from './eval.js';
+export * from './problem.js';
+export * from './sandbox.js';
+export * from './step.js';
+export * from './trajectory.js';
+
+/** The records `rstar schema NAME` can print. */
+export const RECORDS: Record<string, z.ZodType> = {
+  problem: Problem,
+  trajectory: Trajectory,
+  'train-record': TrainRecord,
+  step: Step,
+  'eval-problem': EvalProblem,
+  'eval-summary': EvalSummary,
+  submission: Submission,
+  'batch-submission': BatchSubmission,
+  'submission-result': SubmissionResult,
+};

@@ -1,0 +1,45 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+/** Repository root, from dist/test/helpers.js. */
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const BIN = `${ROOT}bin/rstar.js`;
+
+export interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `bin/rstar ARGS` as a user would, feeding `input` on stdin. */
+export function rstar(args: string[], input = '', env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d) => {
+      stdout += d;
+    });
+    child.stderr.setEncoding('utf8').on('data', (d) => {
+      stderr += d;
+    });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code: code ?? 1, stdout, stderr }));
+    child.stdin.on('error', () => {});
+    child.stdin.end(input);
+  });
+}
+
+/** Parses NDJSON output into objects. */
+export function lines<T = Record<string, unknown>>(text: string): T[] {
+  return text
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((l) => JSON.parse(l) as T);
+}
+
+export const ndjson = (records: unknown[]): string => records.map((r) => `${JSON.stringify(r)}\n`).join('');
