@@ -1,0 +1,185 @@
+import { createWriteStream } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { InvalidArgumentError } from 'commander';
+import { UsageError } from '../errors.js';
+import type { Benchmark, ProblemsFormat } from '../eval/problems.js';
+import { benchmarkName, checkDistinct, loadBenchmark } from '../eval/problems.js';
+import { compareReports, readReport } from '../eval/report.js';
+import { rolloutTrajectories } from '../eval/rollout.js';
+import { type BenchmarkResult, evaluateBenchmark, type Sourced, slug, writeReport } from '../eval/run.js';
+import { loadVerifier } from '../eval/verifier.js';
+import { NdjsonWriter, openInput, readRecords } from '../ndjson/index.js';
+import { collect, integer, interactive, number, parse, program } from '../program.js';
+import { Trajectory } from '../records/trajectory.js';
+
+interface Options {
+  problems?: string[];
+  problemsFormat: ProblemsFormat;
+  shuffleSeed: number;
+  n: number;
+  engine?: string[];
+  sandbox?: string;
+  tokenizer?: string;
+  maxTokens?: number;
+  maxTurns?: number;
+  temperature?: number;
+  topP?: number;
+  seed?: number;
+  schedule?: string;
+  out?: string;
+  limit?: number;
+  fromTrajectories?: string[];
+  reverify?: boolean;
+  compat?: boolean;
+  compare?: string[];
+}
+
+const log = (message: string) => {
+  if (interactive()) process.stderr.write(`${message}\n`);
+};
+
+function format(value: string): ProblemsFormat {
+  if (value !== 'problems' && value !== 'gpqa') throw new InvalidArgumentError('expected problems or gpqa');
+  return value;
+}
+
+async function* fromFile(file: string): AsyncGenerator<Sourced> {
+  const { stream, source } = openInput(file);
+  for await (const { record, line } of readRecords(stream, source, Trajectory)) {
+    yield { trajectory: record, where: `${source}:${line}` };
+  }
+}
+
+/** Saves trajectories as they stream, so a crash mid-eval keeps what was generated. */
+function saver(file: string) {
+  const writer = new NdjsonWriter(createWriteStream(file));
+  return { write: (t: Trajectory) => writer.write(t), end: () => writer.end() };
+}
+
+export async function run(argv: string[]): Promise<void> {
+  const cmd = program('eval', 'benchmarks: avg@n, unbiased pass@k, maj@n, reports and plots')
+    .option('--problems <file>', 'benchmark problems (repeatable; one benchmark per file)', collect)
+    .option(
+      '--problems-format <format>',
+      'problems (NDJSON Problem records) or gpqa (GPQA CSV)',
+      format,
+      'problems',
+    )
+    .option('--shuffle-seed <n>', 'seed of the GPQA option shuffle', integer(0), 0)
+    .option('--n <n>', 'samples per problem', integer(1), 16)
+    .option('--engine <url>', 'inference engine (repeatable)', collect)
+    .option('--sandbox <url>', 'sandbox-serve URL for tool calls')
+    .option('--tokenizer <dir>', 'tokenizer folder')
+    .option('--max-tokens <n>', 'response token budget', integer(1))
+    .option('--max-turns <n>', 'assistant turns', integer(1))
+    .option('--temperature <t>', 'sampling temperature', number(0))
+    .option('--top-p <p>', 'nucleus sampling', number(0, 1))
+    .option('--seed <n>', 'sampling seed', integer(0))
+    .option('--schedule <policy>', 'rollout scheduling policy')
+    .option('--out <dir>', 'write trajectories, report.json, report.md and plots here')
+    .option('--limit <n>', 'only the first N problems of each benchmark', integer(1))
+    .option(
+      '--from-trajectories <file>',
+      'evaluate saved trajectories instead of rolling out (repeatable)',
+      collect,
+    )
+    .option('--reverify', 're-score trajectories with src/reward instead of trusting their reward')
+    .option('--compat', 'rStar2-Agent-compatible answer checking (passed to the verifier)')
+    .option('--compare <reports...>', 'print B - A of two report.json files as a markdown table');
+  if (!parse(cmd, argv)) return;
+  const opts = cmd.opts<Options>();
+
+  if (opts.compare) {
+    if (opts.compare.length !== 2) throw new UsageError('--compare takes two report.json files: A B');
+    const [a, b] = opts.compare;
+    process.stdout.write(compareReports(await readReport(a), await readReport(b), [a, b]));
+    return;
+  }
+
+  const problemFiles = opts.problems ?? [];
+  const trajectoryFiles = opts.fromTrajectories ?? [];
+  if (problemFiles.length === 0 && trajectoryFiles.length === 0) {
+    throw new UsageError('give --problems FILE (to roll out) or --from-trajectories FILE');
+  }
+  if (
+    trajectoryFiles.length > 0 &&
+    problemFiles.length > 0 &&
+    problemFiles.length !== trajectoryFiles.length
+  ) {
+    throw new UsageError(
+      '--problems pairs with --from-trajectories in order: give one per trajectories file',
+    );
+  }
+  if (opts.reverify && trajectoryFiles.length > 0 && problemFiles.length === 0) {
+    throw new UsageError(
+      '--reverify needs the reference answers: give --problems FILE for each trajectories file',
+    );
+  }
+  const verifier = await loadVerifier({ needScore: Boolean(opts.reverify), compat: Boolean(opts.compat) });
+
+  const benchmarks: (Benchmark | undefined)[] = [];
+  for (const file of problemFiles) {
+    const bench = await loadBenchmark(file, opts.problemsFormat, opts.shuffleSeed);
+    if (opts.limit !== undefined) bench.problems = bench.problems.slice(0, opts.limit);
+    benchmarks.push(bench);
+  }
+  const rollingOut = trajectoryFiles.length === 0;
+  if (rollingOut && (opts.engine ?? []).length === 0) throw new UsageError('rolling out needs --engine URL');
+  const names = rollingOut
+    ? benchmarks.map((b) => (b as Benchmark).name)
+    : trajectoryFiles.map((f, i) => benchmarks[i]?.name ?? benchmarkName(f));
+  checkDistinct(names);
+  if (opts.out) await mkdir(opts.out, { recursive: true });
+
+  const stdout = new NdjsonWriter(process.stdout);
+  const results: BenchmarkResult[] = [];
+  for (let i = 0; i < names.length; i += 1) {
+    const name = names[i];
+    const bench = benchmarks[i];
+    let source: AsyncIterable<Sourced>;
+    if (rollingOut) {
+      const problems = (bench as Benchmark).problems;
+      log(`eval ${name}: ${problems.length} problems x ${opts.n} samples`);
+      source = rolloutTrajectories(name, problems, {
+        n: opts.n,
+        engines: opts.engine ?? [],
+        sandbox: opts.sandbox,
+        tokenizer: opts.tokenizer,
+        maxTokens: opts.maxTokens,
+        maxTurns: opts.maxTurns,
+        temperature: opts.temperature,
+        topP: opts.topP,
+        seed: opts.seed,
+        schedule: opts.schedule,
+      });
+    } else {
+      log(`eval ${name}: ${trajectoryFiles[i]}`);
+      source = fromFile(trajectoryFiles[i]);
+    }
+    // Trajectories are saved when they are new: rolled out here, or re-scored by --reverify.
+    const save =
+      opts.out && (rollingOut || opts.reverify)
+        ? saver(join(opts.out, `trajectories-${slug(name)}.jsonl`))
+        : undefined;
+    let result: BenchmarkResult;
+    try {
+      result = await evaluateBenchmark(name, source, {
+        problems: bench?.problems,
+        verifier,
+        reverify: opts.reverify,
+        onTrajectory: save?.write,
+      });
+    } finally {
+      await save?.end();
+    }
+    for (const record of result.records) await stdout.write(record);
+    await stdout.write(result.summary);
+    results.push(result);
+  }
+  if (opts.out) {
+    const files = await writeReport(opts.out, results);
+    log(`eval: wrote ${files.join(', ')} to ${opts.out}`);
+  }
+  await stdout.end();
+}

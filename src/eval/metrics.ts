@@ -1,0 +1,197 @@
+import { avgAtN, majorityVote, passAtK, passAtKCurve, reportedKs } from '../algo/pass-at-k.js';
+import type { EvalProblem, EvalSummary } from '../records/eval.js';
+import type { Finish, Trajectory } from '../records/trajectory.js';
+import { mean, median, percentile } from './stats.js';
+
+/**
+ * What eval keeps of a trajectory: a few numbers instead of its token ids, so 16 samples of 500
+ * problems with 30K-token responses fit in memory.
+ */
+export interface Sample {
+  problem_id: string;
+  sample: number;
+  policy: string;
+  reward: number;
+  answer: string | null;
+  /** Response length: every response token, tool output included (what the token budget counts). */
+  tokens: number;
+  /** Model-generated tokens only (loss_mask = 1). */
+  model_tokens: number;
+  tool_calls: number;
+  tool_errors: number;
+  answer_tags: number;
+  finish: Finish;
+}
+
+export function toSample(t: Trajectory): Sample {
+  let modelTokens = 0;
+  for (const m of t.loss_mask) modelTokens += m;
+  return {
+    problem_id: t.problem_id,
+    sample: t.sample,
+    policy: t.policy,
+    reward: t.reward,
+    answer: t.answer,
+    tokens: t.response_ids.length,
+    model_tokens: modelTokens,
+    tool_calls: t.tool_calls,
+    tool_errors: t.tool_errors,
+    answer_tags: t.answer_tags,
+    finish: t.finish,
+  };
+}
+
+/** Outcome rewards are 1 or 0; anything positive counts as solved. */
+export const isCorrect = (s: Sample): boolean => s.reward > 0;
+
+/** No closed answer block, or nothing extracted from it. */
+export const isFormatViolation = (s: Sample): boolean => s.answer_tags === 0 || s.answer === null;
+
+function countFinish(samples: readonly Sample[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const s of samples) out[s.finish] = (out[s.finish] ?? 0) + 1;
+  return out;
+}
+
+/** Groups distinct answers into equivalence classes once, so voting needs no repeated checks. */
+async function classes(
+  answers: readonly (string | null)[],
+  same: (a: string, b: string) => Promise<boolean>,
+): Promise<Map<string, number>> {
+  const reps: string[] = [];
+  const classOf = new Map<string, number>();
+  for (const answer of answers) {
+    if (answer === null || classOf.has(answer)) continue;
+    let found = -1;
+    for (let i = 0; i < reps.length && found < 0; i += 1) if (await same(reps[i], answer)) found = i;
+    if (found < 0) {
+      found = reps.length;
+      reps.push(answer);
+    }
+    classOf.set(answer, found);
+  }
+  return classOf;
+}
+
+export interface EvalProblemRecord extends EvalProblem {
+  benchmark: string;
+  'pass@k': Record<string, number>;
+  'maj@n': number;
+  maj_answer: string | null;
+  maj_votes: number;
+  median_tokens: number;
+  mean_model_tokens: number;
+  tool_calls_per_traj: number;
+  format_violations: number;
+  finish: Record<string, number>;
+}
+
+/**
+ * One problem's record. `correct` counts rewarded samples; the majority answer is correct when
+ * most of the samples in its class were rewarded (so maj@n uses the same verifier as the rewards).
+ */
+export async function problemRecord(
+  benchmark: string,
+  problemId: string,
+  unordered: readonly Sample[],
+  same: (a: string, b: string) => Promise<boolean>,
+): Promise<EvalProblemRecord> {
+  const samples = [...unordered].sort((a, b) => a.sample - b.sample);
+  const n = samples.length;
+  const correct = samples.filter(isCorrect).length;
+  const answers = samples.map((s) => s.answer);
+  const classOf = await classes(answers, same);
+  const maj = majorityVote(answers, (a, b) => classOf.get(a) === classOf.get(b));
+  const majCorrect = maj !== null && maj.members.filter((i) => isCorrect(samples[i])).length * 2 >= maj.votes;
+  const toolCalls = samples.reduce((acc, s) => acc + s.tool_calls, 0);
+  return {
+    v: 1,
+    benchmark,
+    problem_id: problemId,
+    n,
+    correct,
+    mean_reward: mean(samples.map((s) => s.reward)),
+    'pass@k': passAtKCurve(n, correct),
+    'maj@n': majCorrect ? 1 : 0,
+    maj_answer: maj?.answer ?? null,
+    maj_votes: maj?.votes ?? 0,
+    mean_tokens: mean(samples.map((s) => s.tokens)),
+    median_tokens: median(samples.map((s) => s.tokens)),
+    mean_model_tokens: mean(samples.map((s) => s.model_tokens)),
+    tool_calls: toolCalls,
+    tool_errors: samples.reduce((acc, s) => acc + s.tool_errors, 0),
+    tool_calls_per_traj: n === 0 ? 0 : toolCalls / n,
+    format_violations: samples.filter(isFormatViolation).length,
+    finish: countFinish(samples),
+  };
+}
+
+export interface EvalSummaryRecord extends EvalSummary {
+  problems: number;
+  trajectories: number;
+  /** Smallest and largest samples per problem; pass@k is reported for k up to the smallest. */
+  n_max: number;
+  'maj@n': number;
+  median_tokens: number;
+  p90_tokens: number;
+  mean_model_tokens: number;
+  tool_calls_per_traj: number;
+  tool_calls: number;
+  tool_errors: number;
+  format_violations: number;
+  format_violation_rate: number;
+  finish: Record<string, number>;
+  /** How answers were grouped for maj@n: the reward module's isEquivalent, or exact strings. */
+  equivalence: 'isEquivalent' | 'exact';
+  /** Where rewards came from: the trajectories as written, or re-verified by eval. */
+  rewards: 'trajectory' | 'reverify';
+}
+
+/**
+ * The benchmark summary. avg@n, pass@k and maj@n are macro averages over problems (each problem
+ * weighs the same even if it has more samples); token and tool statistics are over trajectories.
+ */
+export function summarize(
+  benchmark: string,
+  records: readonly EvalProblemRecord[],
+  samples: readonly Sample[],
+  how: { equivalence: boolean; reverified: boolean },
+): EvalSummaryRecord {
+  const ns = records.map((r) => r.n);
+  const n = ns.length === 0 ? 0 : Math.min(...ns);
+  const passes: Record<string, number> = {};
+  for (const k of reportedKs(n)) {
+    passes[String(k)] = mean(records.map((r) => passAtK(r.n, r.correct, k) ?? 0));
+  }
+  const toolCalls = samples.reduce((acc, s) => acc + s.tool_calls, 0);
+  const toolErrors = samples.reduce((acc, s) => acc + s.tool_errors, 0);
+  const tokens = samples.map((s) => s.tokens);
+  const violations = samples.filter(isFormatViolation).length;
+  const policies = [...new Set(samples.map((s) => s.policy))].sort();
+  return {
+    v: 1,
+    summary: true,
+    benchmark,
+    policy: policies.join(','),
+    problems: records.length,
+    trajectories: samples.length,
+    n,
+    n_max: ns.length === 0 ? 0 : Math.max(...ns),
+    'avg@n': mean(records.map((r) => avgAtN(r.n, r.correct) ?? 0)),
+    'pass@k': passes,
+    'maj@n': mean(records.map((r) => r['maj@n'])),
+    mean_tokens: mean(tokens),
+    median_tokens: median(tokens),
+    p90_tokens: percentile(tokens, 0.9),
+    mean_model_tokens: mean(samples.map((s) => s.model_tokens)),
+    tool_calls_per_traj: samples.length === 0 ? 0 : toolCalls / samples.length,
+    tool_calls: toolCalls,
+    tool_errors: toolErrors,
+    tool_error_rate: toolCalls === 0 ? 0 : toolErrors / toolCalls,
+    format_violations: violations,
+    format_violation_rate: samples.length === 0 ? 0 : violations / samples.length,
+    finish: countFinish(samples),
+    equivalence: how.equivalence ? 'isEquivalent' : 'exact',
+    rewards: how.reverified ? 'reverify' : 'trajectory',
+  };
+}

@@ -1,0 +1,162 @@
+import { readFile } from 'node:fs/promises';
+import { z } from 'zod';
+import { DataError } from '../errors.js';
+import { EvalSummary } from '../records/eval.js';
+import type { EvalSummaryRecord } from './metrics.js';
+
+/** `report.json`: the summaries of one eval run. */
+export const Report = z.looseObject({
+  v: z.literal(1).default(1),
+  created: z.string().optional(),
+  benchmarks: z.array(EvalSummary),
+});
+export type Report = z.output<typeof Report>;
+
+export function makeReport(summaries: EvalSummaryRecord[], extra: Record<string, unknown> = {}): Report {
+  return { v: 1, created: new Date().toISOString(), ...extra, benchmarks: summaries };
+}
+
+const pct = (x: unknown): string =>
+  typeof x === 'number' && Number.isFinite(x) ? `${(100 * x).toFixed(1)}` : '';
+const num = (x: unknown, digits = 0): string =>
+  typeof x === 'number' && Number.isFinite(x) ? x.toFixed(digits) : '';
+
+/** The k columns shown: every k that any benchmark reports, ascending. */
+function allKs(summaries: readonly EvalSummary[]): number[] {
+  const ks = new Set<number>();
+  for (const s of summaries) for (const k of Object.keys(s['pass@k'])) ks.add(Number(k));
+  return [...ks].sort((a, b) => a - b);
+}
+
+function table(header: string[], rows: string[][]): string {
+  const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
+  return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n');
+}
+
+/** One row per benchmark, percentages with one decimal, as in the paper's tables. */
+export function markdownTable(summaries: readonly EvalSummary[]): string {
+  const ks = allKs(summaries);
+  const header = [
+    'benchmark',
+    'problems',
+    'n',
+    'avg@n (%)',
+    ...ks.map((k) => `pass@${k} (%)`),
+    'maj@n (%)',
+    'mean len',
+    'median len',
+    'p90 len',
+    'tool calls/traj',
+    'tool err (%)',
+    'format viol (%)',
+  ];
+  const rows = summaries.map((s) => [
+    s.benchmark,
+    num(s.problems),
+    num(s.n),
+    pct(s['avg@n']),
+    ...ks.map((k) => pct(s['pass@k'][String(k)])),
+    pct(s['maj@n']),
+    num(s.mean_tokens),
+    num(s.median_tokens),
+    num(s.p90_tokens),
+    num(s.tool_calls_per_traj, 2),
+    pct(s.tool_error_rate),
+    pct(s.format_violation_rate),
+  ]);
+  return table(header, rows);
+}
+
+export function markdownReport(
+  report: Report,
+  plots: { passAtK?: string; lengths: Record<string, string> },
+): string {
+  const parts = ['# rstar eval report', ''];
+  const policies = [...new Set(report.benchmarks.map((s) => s.policy))].filter((p) => p !== '');
+  if (policies.length > 0) parts.push(`Policy: \`${policies.join('`, `')}\``, '');
+  if (report.created) parts.push(`Created: ${report.created}`, '');
+  parts.push(markdownTable(report.benchmarks), '');
+  parts.push(
+    'avg@n is the mean accuracy over the n samples of each problem (the paper\'s "average pass@1"); pass@k is',
+    "Chen et al.'s unbiased estimator; maj@n is majority vote over the extracted answers. Lengths are response",
+    'tokens including tool output. Percentages are averaged over problems.',
+    '',
+  );
+  const finishes = report.benchmarks.map((s) => {
+    const finish = (s.finish ?? {}) as Record<string, number>;
+    const list = Object.entries(finish)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ');
+    return `- ${s.benchmark}: ${list || 'none'}`;
+  });
+  parts.push('Finish reasons:', '', ...finishes, '');
+  if (plots.passAtK) parts.push(`![pass@k](${plots.passAtK})`, '');
+  for (const [bench, file] of Object.entries(plots.lengths))
+    parts.push(`![${bench} response lengths](${file})`, '');
+  return parts.join('\n');
+}
+
+export async function readReport(file: string): Promise<Report> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    throw new DataError(`${file}: ${code === 'ENOENT' ? 'no such file' : (error as Error).message}`);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new DataError(`${file}: invalid JSON: ${(error as Error).message}`);
+  }
+  const parsed = Report.safeParse(value);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new DataError(`${file}: ${issue.path.map(String).join('.') || '(report)'}: ${issue.message}`);
+  }
+  return parsed.data;
+}
+
+const signed = (d: number, digits: number): string => `${d >= 0 ? '+' : ''}${d.toFixed(digits)}`;
+
+/**
+ * A markdown table of B - A per benchmark and metric (e.g. A = the SFT checkpoint, B = after RL).
+ * Percent metrics are shown in points; a benchmark present on one side only shows blanks.
+ */
+export function compareReports(a: Report, b: Report, labels = ['A', 'B']): string {
+  const byName = (r: Report) => new Map(r.benchmarks.map((s) => [s.benchmark, s]));
+  const ma = byName(a);
+  const mb = byName(b);
+  const names = [...new Set([...ma.keys(), ...mb.keys()])];
+  const ks = allKs([...a.benchmarks, ...b.benchmarks]);
+  const metrics: { name: string; get: (s: EvalSummary) => unknown; percent: boolean }[] = [
+    { name: 'avg@n (%)', get: (s) => s['avg@n'], percent: true },
+    ...ks.map((k) => ({
+      name: `pass@${k} (%)`,
+      get: (s: EvalSummary) => s['pass@k'][String(k)],
+      percent: true,
+    })),
+    { name: 'maj@n (%)', get: (s) => s['maj@n'], percent: true },
+    { name: 'mean len', get: (s) => s.mean_tokens, percent: false },
+    { name: 'tool calls/traj', get: (s) => s.tool_calls_per_traj, percent: false },
+    { name: 'tool err (%)', get: (s) => s.tool_error_rate, percent: true },
+    { name: 'format viol (%)', get: (s) => s.format_violation_rate, percent: true },
+  ];
+  const rows: string[][] = [];
+  for (const name of names) {
+    const sa = ma.get(name);
+    const sb = mb.get(name);
+    for (const m of metrics) {
+      const va = sa ? m.get(sa) : undefined;
+      const vb = sb ? m.get(sb) : undefined;
+      if (va === undefined && vb === undefined) continue;
+      const scale = m.percent ? 100 : 1;
+      const digits = m.percent ? 1 : m.name === 'mean len' ? 0 : 2;
+      const fmt = (v: unknown) => (typeof v === 'number' ? (v * scale).toFixed(digits) : '');
+      const delta = typeof va === 'number' && typeof vb === 'number' ? signed((vb - va) * scale, digits) : '';
+      rows.push([name, m.name, fmt(va), fmt(vb), delta]);
+    }
+  }
+  return `${table(['benchmark', 'metric', labels[0], labels[1], 'Δ'], rows)}\n`;
+}

@@ -1,0 +1,135 @@
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { DataError } from '../errors.js';
+import { writeFileAtomic } from '../ndjson/index.js';
+import type { Problem } from '../records/problem.js';
+import type { Trajectory } from '../records/trajectory.js';
+import {
+  type EvalProblemRecord,
+  type EvalSummaryRecord,
+  problemRecord,
+  type Sample,
+  summarize,
+  toSample,
+} from './metrics.js';
+import { lengthSpec, passAtKSpec, renderSvg } from './plots.js';
+import { makeReport, markdownReport } from './report.js';
+import type { Verifier } from './verifier.js';
+
+/** A trajectory and where it came from (`FILE:LINE` or `rollout:BENCH`), for error messages. */
+export interface Sourced {
+  trajectory: Trajectory;
+  where: string;
+}
+
+export interface BenchmarkResult {
+  benchmark: string;
+  records: EvalProblemRecord[];
+  summary: EvalSummaryRecord;
+  samples: Sample[];
+}
+
+export interface EvaluateOptions {
+  /** The benchmark's problems: checks coverage, orders the records, and is needed to re-verify. */
+  problems?: readonly Problem[];
+  verifier: Verifier;
+  /** Re-score each trajectory's text against its problem instead of trusting its `reward`. */
+  reverify?: boolean;
+  /** Sees every trajectory (re-verified if asked) as it streams past, e.g. to save it. */
+  onTrajectory?: (trajectory: Trajectory) => Promise<void>;
+}
+
+/** Streams one benchmark's trajectories into per-problem records and its summary. */
+export async function evaluateBenchmark(
+  benchmark: string,
+  trajectories: AsyncIterable<Sourced>,
+  options: EvaluateOptions,
+): Promise<BenchmarkResult> {
+  const byId = options.problems ? new Map(options.problems.map((p) => [p.id, p])) : undefined;
+  const groups = new Map<string, Sample[]>();
+  const seen = new Set<string>();
+  const samples: Sample[] = [];
+  for await (const { trajectory, where } of trajectories) {
+    const problem = byId?.get(trajectory.problem_id);
+    if (byId && !problem) {
+      throw new DataError(
+        `${where}: problem_id: '${trajectory.problem_id}' is not a problem of ${benchmark}`,
+      );
+    }
+    const key = `${trajectory.problem_id}\u0000${trajectory.sample}`;
+    if (seen.has(key)) {
+      throw new DataError(
+        `${where}: sample: duplicate sample ${trajectory.sample} of '${trajectory.problem_id}'`,
+      );
+    }
+    seen.add(key);
+    let t = trajectory;
+    if (options.reverify) {
+      if (!problem) throw new DataError(`${where}: --reverify needs the problem (pass --problems)`);
+      const { answer, reward } = await options.verifier.score(t.text, problem);
+      t = { ...t, answer, reward };
+    }
+    await options.onTrajectory?.(t);
+    const sample = toSample(t);
+    samples.push(sample);
+    const group = groups.get(sample.problem_id);
+    if (group) group.push(sample);
+    else groups.set(sample.problem_id, [sample]);
+  }
+  const order = options.problems ? options.problems.map((p) => p.id) : [...groups.keys()];
+  const records: EvalProblemRecord[] = [];
+  for (const id of order) {
+    const group = groups.get(id);
+    if (!group) throw new DataError(`${benchmark}: problem '${id}' has no trajectories`);
+    records.push(await problemRecord(benchmark, id, group, (a, b) => options.verifier.same(a, b)));
+  }
+  if (records.length === 0) throw new DataError(`${benchmark}: no trajectories`);
+  const summary = summarize(benchmark, records, samples, {
+    equivalence: options.verifier.equivalence,
+    reverified: Boolean(options.reverify),
+  });
+  return { benchmark, records, summary, samples };
+}
+
+/** Safe in file names: benchmark names come from user file names. */
+export const slug = (name: string) => name.replace(/[^A-Za-z0-9._-]+/g, '_');
+
+/**
+ * Writes report.json, report.md, eval-<bench>.jsonl (per-problem records + summary) and the plots
+ * (passk.svg, lengths-<bench>.svg) into `dir`. Returns the files written, relative to `dir`.
+ */
+export async function writeReport(
+  dir: string,
+  results: readonly BenchmarkResult[],
+  extra: Record<string, unknown> = {},
+): Promise<string[]> {
+  await mkdir(dir, { recursive: true });
+  const written: string[] = [];
+  const put = (name: string, data: string) => {
+    writeFileAtomic(join(dir, name), data);
+    written.push(name);
+  };
+  for (const r of results) {
+    put(
+      `eval-${slug(r.benchmark)}.jsonl`,
+      [...r.records, r.summary].map((x) => `${JSON.stringify(x)}\n`).join(''),
+    );
+  }
+  const points = results.flatMap((r) =>
+    Object.entries(r.summary['pass@k']).map(([k, pass]) => ({ benchmark: r.benchmark, k: Number(k), pass })),
+  );
+  put('passk.svg', await renderSvg(passAtKSpec(points)));
+  const lengths: Record<string, string> = {};
+  for (const r of results) {
+    const name = `lengths-${slug(r.benchmark)}.svg`;
+    put(name, await renderSvg(lengthSpec(r.benchmark, r.samples)));
+    lengths[r.benchmark] = name;
+  }
+  const report = makeReport(
+    results.map((r) => r.summary),
+    extra,
+  );
+  put('report.json', `${JSON.stringify(report, null, 2)}\n`);
+  put('report.md', markdownReport(report, { passAtK: 'passk.svg', lengths }));
+  return written;
+}
