@@ -1,0 +1,206 @@
+import type { SubmissionResult } from '../records/sandbox.js';
+import type { Finish } from '../records/trajectory.js';
+import { DEFAULT_TOOL_RESPONSE_CHARS, formatToolResponse } from '../sandbox/tool-response.js';
+import { type ProtocolContext, promptIds, toolTurnIds } from './protocol.js';
+import { type CodeCall, parseToolCalls, resolveToolCall } from './tool-parser.js';
+
+/** One assistant turn as an engine returns it: the sampled ids and their log-probs. */
+export interface Generation {
+  ids: number[];
+  logprobs: number[];
+  /** `length` when the engine stopped at max_new_tokens. */
+  finishReason: 'stop' | 'length' | 'abort';
+}
+
+/** The two effects of the agent loop; rollout gives engines and the sandbox, SFT a script. */
+export interface AgentIO {
+  /** Continues `contextIds` (prompt + response so far) for at most `maxNewTokens` tokens. */
+  generate(contextIds: readonly number[], maxNewTokens: number, turn: number): Promise<Generation>;
+  /** Runs the calls of one turn; a rejection becomes `Error when executing tool: <message>`. */
+  runTools(calls: CodeCall[]): Promise<SubmissionResult[]>;
+}
+
+export interface AgentOptions {
+  /** Assistant turns (the release's max_assistant_turns, default 5). */
+  maxTurns?: number;
+  /** Response token budget: generated plus tool tokens (the release's response_length). */
+  maxTokens?: number;
+  /** Tool calls executed per turn; the rest of the turn's calls are ignored (default 1). */
+  maxParallelCalls?: number;
+  /** Tool-response characters kept, middle-truncated (default 256, as the release). */
+  toolResponseMaxChars?: number;
+}
+
+/** The token-level result of one rollout; the Trajectory record minus identity, answer and reward. */
+export interface AgentResult {
+  prompt_ids: number[];
+  response_ids: number[];
+  loss_mask: (0 | 1)[];
+  logprobs: number[];
+  text: string;
+  turns: number;
+  tool_calls: number;
+  tool_errors: number;
+  answer_tags: number;
+  finish: Finish;
+  timing: { generate_ms: number; tool_ms: number };
+}
+
+/** Thrown by an AgentIO to end the trajectory with an error instead of answering the model. */
+export class AgentAbort extends Error {
+  override name = 'AgentAbort';
+}
+
+const ANSWER = /<answer>[\s\S]*?<\/answer>/g;
+const FAILURE = /^(Tool call failure|Failed to decode tool call:|Error when executing tool:)/;
+
+/**
+ * rStar2-Agent's agent loop (`RStar2AgentLoop.run`): generate with max_new_tokens = budget left;
+ * stop on a spent budget, on max turns, or on a turn without tool calls; otherwise answer the
+ * turn's first `maxParallelCalls` calls (parse failures answered with their error text), append
+ * the tool turn's ids with mask 0 unless they would reach the budget (`tool_overflow`), repeat.
+ * The ids the engine produced are kept as they are; only tool turns are tokenized.
+ */
+export async function runAgent(
+  prompt: string,
+  ctx: ProtocolContext,
+  io: AgentIO,
+  options: AgentOptions = {},
+): Promise<AgentResult> {
+  const maxTurns = options.maxTurns ?? 5;
+  const maxTokens = options.maxTokens ?? 8192;
+  const maxParallel = options.maxParallelCalls ?? 1;
+  const maxChars = options.toolResponseMaxChars ?? DEFAULT_TOOL_RESPONSE_CHARS;
+  const prompt_ids = promptIds(prompt, ctx);
+  const context = [...prompt_ids];
+  const response_ids: number[] = [];
+  const loss_mask: (0 | 1)[] = [];
+  const logprobs: number[] = [];
+  const timing = { generate_ms: 0, tool_ms: 0 };
+  let turns = 0;
+  let toolCalls = 0;
+  let toolErrors = 0;
+  let answerTags = 0;
+  let finish: Finish;
+
+  for (;;) {
+    const t0 = performance.now();
+    const gen = await io.generate(context, maxTokens - response_ids.length, turns);
+    timing.generate_ms += performance.now() - t0;
+    if (gen.ids.length !== gen.logprobs.length) {
+      throw new Error(`engine returned ${gen.ids.length} ids but ${gen.logprobs.length} logprobs`);
+    }
+    context.push(...gen.ids);
+    response_ids.push(...gen.ids);
+    for (const lp of gen.logprobs) {
+      loss_mask.push(1);
+      logprobs.push(lp);
+    }
+    turns++;
+    const turnText = ctx.tokenizer.decode(gen.ids);
+    answerTags += turnText.match(ANSWER)?.length ?? 0;
+
+    if (response_ids.length >= maxTokens || gen.finishReason === 'length') {
+      finish = 'length';
+      break;
+    }
+    const calls = parseToolCalls(turnText).slice(0, maxParallel);
+    if (calls.length === 0) {
+      finish = 'stop';
+      break;
+    }
+    if (turns >= maxTurns) {
+      finish = 'max_turns';
+      break;
+    }
+    toolCalls += calls.length;
+
+    const resolved = calls.map((c) => resolveToolCall(c, ctx.toolNames));
+    const runnable = resolved.filter((r): r is CodeCall => !('error' in r));
+    const t1 = performance.now();
+    let results: SubmissionResult[] | Error = [];
+    if (runnable.length > 0) {
+      results = await io.runTools(runnable).catch((e: unknown) => {
+        if (e instanceof AgentAbort) throw e;
+        return e instanceof Error ? e : new Error(String(e));
+      });
+    }
+    timing.tool_ms += performance.now() - t1;
+    let k = 0;
+    const texts = resolved.map((r) => {
+      if ('error' in r) return r.error;
+      if (results instanceof Error) return `Error when executing tool: ${results.message}`;
+      return formatToolResponse(results[k++], { maxChars });
+    });
+    toolErrors += texts.filter((t) => FAILURE.test(t)).length;
+
+    const toolIds = toolTurnIds(texts, ctx);
+    // The release stops here so the sequence never ends on a user turn.
+    if (response_ids.length + toolIds.length >= maxTokens) {
+      finish = 'tool_overflow';
+      break;
+    }
+    context.push(...toolIds);
+    response_ids.push(...toolIds);
+    for (let i = 0; i < toolIds.length; i++) {
+      loss_mask.push(0);
+      logprobs.push(0);
+    }
+  }
+
+  return {
+    prompt_ids,
+    response_ids,
+    loss_mask,
+    logprobs,
+    text: ctx.tokenizer.decode(response_ids),
+    turns,
+    tool_calls: toolCalls,
+    tool_errors: toolErrors,
+    answer_tags: answerTags,
+    finish,
+    timing,
+  };
+}
+
+/** A conversation to replay: the assistant's turns and, per tool call made, the sandbox result. */
+export interface Script {
+  assistant: string[];
+  toolResults: SubmissionResult[];
+}
+
+/**
+ * Builds the trajectory rollout would produce had the model written `script.assistant` and the
+ * sandbox answered `script.toolResults` (in call order), through the same loop. Each assistant
+ * text is tokenized on its own and ends with `<|im_end|>` (appended when missing), the way an
+ * engine stops; it is cut at the budget like a generation would be. Log-probs are 0. This is how
+ * `sft-data` builds demonstrations token-identical to what rollout trains on.
+ */
+export async function scriptedTrajectory(
+  prompt: string,
+  script: Script,
+  ctx: ProtocolContext,
+  options: AgentOptions = {},
+): Promise<AgentResult> {
+  let nextTool = 0;
+  const io: AgentIO = {
+    async generate(_context, maxNewTokens, turn) {
+      const text = script.assistant[turn];
+      if (text === undefined) throw new Error(`script has no assistant turn ${turn + 1}`);
+      let ids = ctx.tokenizer.encode(text);
+      const eos = ctx.eosId;
+      if (eos !== undefined && ids[ids.length - 1] !== eos) ids.push(eos);
+      const finishReason = ids.length > maxNewTokens ? 'length' : 'stop';
+      ids = ids.slice(0, maxNewTokens);
+      return { ids, logprobs: ids.map(() => 0), finishReason };
+    },
+    async runTools(calls) {
+      const out = script.toolResults.slice(nextTool, nextTool + calls.length);
+      if (out.length < calls.length)
+        throw new AgentAbort(`script has no result for tool call ${nextTool + out.length + 1}`);
+      nextTool += calls.length;
+      return out;
+    },
+  };
+  return runAgent(prompt, ctx, io, options);
+}
