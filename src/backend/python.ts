@@ -1,0 +1,62 @@
+import { fileURLToPath } from 'node:url';
+import { execa } from 'execa';
+
+/** src/backend/ in the repository: the Python package is run from its source, tsc compiles only .ts. */
+export const BACKEND_DIR = fileURLToPath(new URL('../../../src/backend/', import.meta.url));
+/** The Python entry point: `run.py init|train|serve ...`, also usable as a torchrun script. */
+export const BACKEND_SCRIPT = `${BACKEND_DIR}run.py`;
+
+/** No interpreter with PyTorch: exit 1 with instructions. */
+export class PythonNotFoundError extends Error {
+  readonly exitCode: number = 1;
+  override name = 'PythonNotFoundError';
+}
+
+const INSTALL =
+  'install PyTorch: on Debian/Ubuntu `apt-get install -y python3-torch libopenblas0-pthread`, ' +
+  'elsewhere `pip install torch` (CUDA/ROCm builds from pytorch.org); or point RSTAR_PYTHON at an interpreter that has it';
+
+async function hasTorch(python: string): Promise<boolean> {
+  const result = await execa(python, ['-c', 'import torch'], { reject: false, timeout: 60_000 });
+  return result.exitCode === 0;
+}
+
+let found: Promise<string> | undefined;
+
+/**
+ * The interpreter that runs the backend: `RSTAR_PYTHON` if set (it must import torch), else
+ * /usr/bin/python3 when it has torch (Debian's python3-torch), else `python3` on PATH.
+ * Resolved once per process; importing torch takes a second or two.
+ */
+export function findPython(): Promise<string> {
+  found ??= (async () => {
+    const explicit = process.env.RSTAR_PYTHON;
+    if (explicit) {
+      if (await hasTorch(explicit)) return explicit;
+      throw new PythonNotFoundError(`RSTAR_PYTHON=${explicit} cannot import torch; ${INSTALL}`);
+    }
+    for (const candidate of ['/usr/bin/python3', 'python3']) {
+      if (await hasTorch(candidate)) return candidate;
+    }
+    throw new PythonNotFoundError(`no Python interpreter with PyTorch found; ${INSTALL}`);
+  })();
+  found.catch(() => {
+    found = undefined;
+  });
+  return found;
+}
+
+/** Environment for backend processes: unbuffered, so log lines and records arrive when written. */
+export function backendEnv(): NodeJS.ProcessEnv {
+  return { ...process.env, PYTHONUNBUFFERED: '1', PYTHONDONTWRITEBYTECODE: '1' };
+}
+
+/** The backend's own error text without its `rstar <command>: ` prefix (the CLI adds that again). */
+export function backendMessage(stderr: string, fallback: string): string {
+  const lines = stderr
+    .trim()
+    .split('\n')
+    .filter((l) => l.trim() !== '');
+  const last = lines.findLast((l) => l.startsWith('rstar ')) ?? lines.at(-1);
+  return last ? last.replace(/^rstar [a-z-]+: /, '') : fallback;
+}

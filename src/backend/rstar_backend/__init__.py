@@ -1,0 +1,1 @@
+"""rstar's PyTorch backend: the Qwen3 model, HF checkpoints, train-step and the embedded engine."""

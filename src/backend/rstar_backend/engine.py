@@ -1,0 +1,572 @@
+"""engine-serve: a small inference server speaking the subset of SGLang's HTTP API that rollouts use.
+
+Threads: the HTTP server answers each connection on its own thread and hands requests to one scheduler
+thread, which owns the model and does continuous batching: every iteration it admits waiting requests
+whose whole KV reservation (prompt + max_new_tokens) fits into the free slots of a preallocated KV pool,
+prefills them, then runs one batched decode step for every running request. A request that does not fit
+waits in FIFO order, so `--max-total-tokens` is a real budget, as in SGLang.
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import torch
+
+from .checkpoint import CheckpointError, load_model, read_config
+from .detok import Detokenizer
+from .model import token_logprobs
+
+
+class KVPool:
+    """K and V for max_total_tokens token slots per layer, allocated once; requests own slot indices."""
+
+    def __init__(self, cfg, size, device, dtype):
+        shape = (cfg.num_hidden_layers, size, cfg.num_key_value_heads, cfg.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.size = size
+        self.free = list(range(size - 1, -1, -1))
+        self.device = device
+
+    @property
+    def used(self):
+        return self.size - len(self.free)
+
+    @property
+    def nbytes(self):
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def alloc(self, n):
+        assert n <= len(self.free), "KV pool over-allocated"
+        slots = [self.free.pop() for _ in range(n)]
+        return torch.tensor(slots, dtype=torch.long, device=self.device)
+
+    def release(self, slots):
+        self.free.extend(slots.tolist())
+
+
+class PrefillCache:
+    """One request's prompt: writes its K/V into its slots, attends causally within the prompt."""
+
+    def __init__(self, pool, slots):
+        self.pool, self.slots = pool, slots
+
+    def update(self, layer, k, v):
+        self.pool.k[layer, self.slots] = k[0].transpose(0, 1)
+        self.pool.v[layer, self.slots] = v[0].transpose(0, 1)
+        return k, v, None
+
+
+class DecodeCache:
+    """One new token per request: writes it, then gathers each request's slots (padded, masked)."""
+
+    def __init__(self, pool, write, gather, mask):
+        self.pool, self.write, self.gather, self.mask = pool, write, gather, mask
+
+    def update(self, layer, k, v):
+        self.pool.k[layer, self.write] = k[:, :, 0]
+        self.pool.v[layer, self.write] = v[:, :, 0]
+        return (self.pool.k[layer][self.gather].transpose(1, 2), self.pool.v[layer][self.gather].transpose(1, 2),
+                self.mask)
+
+
+class BadRequest(Exception):
+    pass
+
+
+class Request:
+    def __init__(self, rid, input_ids, sp, return_logprob, logprob_start_len):
+        self.rid = rid
+        self.input_ids = input_ids
+        self.max_new = sp["max_new_tokens"]
+        self.temperature = sp["temperature"]
+        self.top_p = sp["top_p"]
+        self.top_k = sp["top_k"]
+        self.stop_ids = set(sp["stop_token_ids"])
+        self.stop_strs = sp["stop"]
+        self.skip_special = sp["skip_special_tokens"]
+        self.generator = None
+        if sp.get("seed") is not None:
+            self.generator = torch.Generator().manual_seed(int(sp["seed"]))
+        self.return_logprob = return_logprob
+        self.logprob_start_len = logprob_start_len
+        self.output = []
+        self.out_logprobs = []
+        self.in_logprobs = []
+        self.slots = None
+        self.finish = None
+        self.text = ""
+        self.done = threading.Event()
+        self.created = time.time()
+        self.first_token_time = None
+
+    @property
+    def reserve(self):
+        return len(self.input_ids) + self.max_new
+
+
+def parse_sampling(sp, eos, context_len, prompt_len):
+    if sp is None:
+        sp = {}
+    if not isinstance(sp, dict):
+        raise BadRequest("sampling_params: expected an object")
+    out = {
+        "max_new_tokens": sp.get("max_new_tokens", 128),
+        "temperature": float(sp.get("temperature", 1.0)),
+        "top_p": float(sp.get("top_p", 1.0)),
+        "top_k": int(sp.get("top_k", -1)),
+        "stop_token_ids": list(sp.get("stop_token_ids") or []),
+        "stop": sp.get("stop") or [],
+        "skip_special_tokens": bool(sp.get("skip_special_tokens", True)),
+        "seed": sp.get("seed", sp.get("sampling_seed")),
+    }
+    if isinstance(out["stop"], str):
+        out["stop"] = [out["stop"]]
+    mnt = out["max_new_tokens"]
+    if not isinstance(mnt, int) or isinstance(mnt, bool) or mnt < 0:
+        raise BadRequest("sampling_params.max_new_tokens: expected a non-negative integer")
+    if out["temperature"] < 0 or not (0 < out["top_p"] <= 1):
+        raise BadRequest("sampling_params: temperature must be >= 0 and top_p in (0, 1]")
+    if not sp.get("ignore_eos", False):
+        out["stop_token_ids"].append(eos)
+    # As SGLang does, the completion is clipped so prompt + completion fit the context.
+    out["max_new_tokens"] = max(0, min(mnt, context_len - prompt_len))
+    return out
+
+
+def sample(logits, req):
+    """logits: (V,) fp32 of one request -> token id."""
+    if req.temperature == 0:
+        return int(torch.argmax(logits))
+    logits = logits / req.temperature
+    if 0 < req.top_k < logits.numel():
+        kth = torch.topk(logits, req.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if req.top_p < 1.0:
+        sp, si = torch.sort(probs, descending=True)
+        keep = (sp.cumsum(0) - sp) < req.top_p  # keep the smallest prefix whose mass reaches top_p
+        probs = torch.zeros_like(probs).scatter(0, si, sp * keep)
+    return int(torch.multinomial(probs.cpu(), 1, generator=req.generator))
+
+
+class Engine:
+    def __init__(self, args):
+        self.args = args
+        self.device = torch.device(args.device if args.device != "auto" else
+                                   ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model_path = args.model
+        self.dtype = torch.float32
+        if self.device.type == "cuda" and args.dtype == "auto":
+            self.dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+                read_config(args.model).torch_dtype, torch.float32)
+        elif args.dtype != "auto":
+            self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+        self.model = self._load(args.model)
+        self.cfg = self.model.config
+        self.detok = Detokenizer(args.model)
+        self.context_len = min(self.cfg.max_position_embeddings, args.max_total_tokens)
+        self.pool = KVPool(self.cfg, args.max_total_tokens, self.device, self.dtype)
+        self.lock = threading.Condition()
+        self.waiting = deque()
+        self.running = []
+        self.pending_ops = []  # callables run by the scheduler thread between iterations
+        self.max_used = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_total = 0
+        self.stopped = False
+        self.thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
+        self.thread.start()
+
+    def _load(self, path):
+        model = load_model(path, self.device, self.dtype)
+        model.eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        return model
+
+    # ---- called from HTTP threads ----
+    def submit(self, reqs):
+        for r in reqs:
+            if r.reserve > self.pool.size:
+                raise BadRequest(f"request needs {r.reserve} KV tokens (prompt {len(r.input_ids)} + max_new_tokens "
+                                 f"{r.max_new}) but --max-total-tokens is {self.pool.size}")
+        with self.lock:
+            self.waiting.extend(reqs)
+            self.requests_total += len(reqs)
+            self.lock.notify()
+
+    def run_op(self, fn):
+        """Runs fn on the scheduler thread (between batches) and returns its result."""
+        box = {}
+        ev = threading.Event()
+
+        def op():
+            try:
+                box["value"] = fn()
+            except Exception as e:  # handed back to the HTTP thread
+                box["error"] = e
+            ev.set()
+
+        with self.lock:
+            self.pending_ops.append(op)
+            self.lock.notify()
+        ev.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def abort(self, rid=None, all_=False):
+        def op():
+            n = 0
+            for r in list(self.waiting):
+                if all_ or r.rid == rid:
+                    self.waiting.remove(r)
+                    self._finish(r, {"type": "abort", "message": "Abort before prefill"})
+                    n += 1
+            for r in list(self.running):
+                if all_ or r.rid == rid:
+                    self._finish(r, {"type": "abort", "message": "Abort in running"})
+                    n += 1
+            self.running = [r for r in self.running if r.finish is None]
+            return n
+        return self.run_op(op)
+
+    def update_weights(self, path):
+        def op():
+            cfg = read_config(path)
+            if (cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size) != (
+                    self.cfg.num_hidden_layers, self.cfg.num_key_value_heads, self.cfg.head_dim, self.cfg.vocab_size):
+                raise CheckpointError(f"{path}: architecture differs from the served model")
+            self.model = self._load(path)
+            self.model_path = path
+            self.detok = Detokenizer(path) if os.path.isfile(os.path.join(path, "tokenizer.json")) else self.detok
+            return True
+        return self.run_op(op)
+
+    def stats(self):
+        with self.lock:
+            return {"used": self.pool.used, "running": len(self.running), "waiting": len(self.waiting)}
+
+    # ---- scheduler thread ----
+    def _loop(self):
+        while True:
+            with self.lock:
+                while not (self.waiting or self.running or self.pending_ops or self.stopped):
+                    self.lock.wait()
+                if self.stopped:
+                    return
+                ops, self.pending_ops = self.pending_ops, []
+                admit = []
+                # FIFO: the head waits until it fits, so a long request is never starved by short ones.
+                while self.waiting and len(self.running) + len(admit) < self.args.max_running_requests:
+                    r = self.waiting[0]
+                    if r.reserve > len(self.pool.free):
+                        break
+                    self.waiting.popleft()
+                    r.slots = self.pool.alloc(r.reserve)
+                    admit.append(r)
+                self.max_used = max(self.max_used, self.pool.used)
+            for op in ops:
+                op()
+            try:
+                with torch.no_grad():
+                    for r in admit:
+                        self._prefill(r)
+                    self.running.extend(r for r in admit if r.finish is None)
+                    if self.running:
+                        self._decode()
+            except Exception as e:  # never let one bad batch kill the server: fail its requests
+                sys.stderr.write(f"engine-serve: scheduler error: {e!r}\n")
+                for r in admit + self.running:
+                    if r.finish is None:
+                        self._finish(r, {"type": "abort", "message": f"internal error: {e}"})
+                self.running = []
+            with self.lock:
+                self.running = [r for r in self.running if r.finish is None]
+
+    def _prefill(self, r):
+        P = len(r.input_ids)
+        ids = torch.tensor([r.input_ids], dtype=torch.long, device=self.device)
+        logits = self.model(ids, cache=PrefillCache(self.pool, r.slots[:P]))[0].float()
+        self.prompt_tokens_total += P
+        if r.return_logprob:
+            start = max(0, r.logprob_start_len) if r.logprob_start_len >= 0 else P
+            lp = token_logprobs(logits[:-1], ids[0, 1:]).tolist() if P > 1 else []
+            values = [None] + lp
+            r.in_logprobs = [[values[i], r.input_ids[i], None] for i in range(start, P)]
+        if r.max_new == 0:
+            self._finish(r, {"type": "length", "length": 0})
+            return
+        self._accept(r, logits[-1])
+
+    def _decode(self):
+        rs = self.running
+        lens = [len(r.input_ids) + len(r.output) for r in rs]  # tokens in cache after this step
+        L = max(lens)
+        ids = torch.tensor([[r.output[-1]] for r in rs], dtype=torch.long, device=self.device)
+        positions = torch.tensor([[n - 1] for n in lens], dtype=torch.long, device=self.device)
+        write = torch.stack([r.slots[n - 1] for r, n in zip(rs, lens)])
+        gather = torch.zeros((len(rs), L), dtype=torch.long, device=self.device)
+        for i, (r, n) in enumerate(zip(rs, lens)):
+            gather[i, :n] = r.slots[:n]
+        mask = (torch.arange(L, device=self.device)[None, :] < torch.tensor(lens, device=self.device)[:, None])
+        logits = self.model(ids, positions, DecodeCache(self.pool, write, gather, mask[:, None, None, :]))
+        logits = logits[:, -1].float()
+        for i, r in enumerate(rs):
+            self._accept(r, logits[i])
+
+    def _accept(self, r, logits):
+        tok = sample(logits, r)
+        if r.first_token_time is None:
+            r.first_token_time = time.time()
+        r.output.append(tok)
+        self.generation_tokens_total += 1
+        if r.return_logprob:
+            lp = float(logits[tok] - torch.logsumexp(logits, dim=0))
+            r.out_logprobs.append([lp, tok, None])
+        if tok in r.stop_ids:
+            self._finish(r, {"type": "stop", "matched": tok})
+            return
+        if r.stop_strs:
+            text = self.detok.decode(r.output, r.skip_special)
+            for s in r.stop_strs:
+                if s and s in text:
+                    self._finish(r, {"type": "stop", "matched": s}, text[:text.index(s)])
+                    return
+        if len(r.output) >= r.max_new:
+            self._finish(r, {"type": "length", "length": len(r.output)})
+
+    def _finish(self, r, reason, text=None):
+        r.finish = reason
+        r.text = text if text is not None else self.detok.decode(r.output, r.skip_special)
+        if r.slots is not None:
+            with self.lock:
+                self.pool.release(r.slots)
+            r.slots = None
+        r.done.set()
+
+    def close(self):
+        with self.lock:
+            self.stopped = True
+            self.lock.notify()
+        self.thread.join(timeout=5)
+
+
+def response_of(r):
+    meta = {
+        "id": r.rid,
+        "finish_reason": r.finish,
+        "prompt_tokens": len(r.input_ids),
+        "completion_tokens": len(r.output),
+        "cached_tokens": 0,
+        "e2e_latency": round(time.time() - r.created, 6),
+    }
+    if r.return_logprob:
+        meta["input_token_logprobs"] = r.in_logprobs
+        meta["output_token_logprobs"] = r.out_logprobs
+    return {"text": r.text, "output_ids": r.output, "meta_info": meta}
+
+
+def build_requests(body, engine):
+    if not isinstance(body, dict):
+        raise BadRequest("expected a JSON object")
+    ids = body.get("input_ids")
+    if ids is None:
+        if body.get("text") is not None:
+            raise BadRequest("text prompts are not supported by engine-serve: send input_ids")
+        raise BadRequest("input_ids: required")
+    batched = isinstance(ids, list) and len(ids) > 0 and all(isinstance(x, list) for x in ids)
+    prompts = ids if batched else [ids]
+    if batched and not prompts:
+        raise BadRequest("input_ids: empty batch")
+    n = len(prompts)
+
+    def per(key, default):
+        v = body.get(key, default)
+        if batched and isinstance(v, list) and key != "stop":
+            if len(v) != n:
+                raise BadRequest(f"{key}: {len(v)} values for {n} prompts")
+            return v
+        return [v] * n
+
+    sps = per("sampling_params", {})
+    rls = per("return_logprob", False)
+    lsl = per("logprob_start_len", -1)
+    rids = body.get("rid")
+    if rids is not None and not batched:
+        rids = [rids]
+    reqs = []
+    V = engine.cfg.vocab_size
+    for i, p in enumerate(prompts):
+        where = f"input_ids[{i}]" if batched else "input_ids"
+        if not isinstance(p, list) or not p:
+            raise BadRequest(f"{where}: expected a non-empty array of token ids")
+        for t in p:
+            if not isinstance(t, int) or isinstance(t, bool) or t < 0 or t >= V:
+                raise BadRequest(f"{where}: token id {t!r} is out of the vocabulary (vocab_size {V})")
+        if len(p) >= engine.context_len:
+            raise BadRequest(f"{where}: the input ({len(p)} tokens) is longer than the model's context length "
+                             f"({engine.context_len} tokens)")
+        sp = parse_sampling(sps[i], engine.cfg.eos_token_id, engine.context_len, len(p))
+        rid = (rids[i] if rids is not None and i < len(rids) else None) or uuid.uuid4().hex
+        reqs.append(Request(str(rid), p, sp, bool(rls[i]), int(lsl[i] if lsl[i] is not None else -1)))
+    return reqs, batched
+
+
+def metrics_text(engine):
+    s = engine.stats()
+    name = os.path.basename(os.path.normpath(engine.model_path))
+    label = '{model_name="%s"}' % name.replace('"', "")
+    rows = [
+        ("sglang:num_used_tokens", "gauge", "KV cache tokens in use", s["used"]),
+        ("sglang:token_usage", "gauge", "fraction of the KV budget in use", s["used"] / engine.pool.size),
+        ("sglang:num_running_reqs", "gauge", "requests being decoded", s["running"]),
+        ("sglang:num_queue_reqs", "gauge", "requests waiting for KV space", s["waiting"]),
+        ("sglang:max_total_num_tokens", "gauge", "KV budget in tokens", engine.pool.size),
+        ("sglang:prompt_tokens_total", "counter", "prompt tokens processed", engine.prompt_tokens_total),
+        ("sglang:generation_tokens_total", "counter", "tokens generated", engine.generation_tokens_total),
+        ("sglang:num_requests_total", "counter", "requests received", engine.requests_total),
+        ("rstar:max_used_tokens", "gauge", "highest KV use seen", engine.max_used),
+        ("rstar:kv_cache_bytes", "gauge", "bytes held by the KV pool", engine.pool.nbytes),
+    ]
+    out = []
+    for key, kind, help_, value in rows:
+        out += [f"# HELP {key} {help_}", f"# TYPE {key} {kind}", f"{key}{label} {value}"]
+    return "\n".join(out) + "\n"
+
+
+def make_handler(engine):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):
+            pass
+
+        def _send(self, code, body, ctype="application/json"):
+            data = body if isinstance(body, bytes) else (
+                body.encode() if isinstance(body, str) else json.dumps(body).encode())
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, code, message):
+            self._send(code, {"error": {"message": message}, "object": "error", "code": code})
+
+        def _body(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(n) if n else b""
+            if not raw:
+                return {}
+            try:
+                return json.loads(raw)
+            except ValueError as e:
+                raise BadRequest(f"invalid JSON body: {e}")
+
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            if path in ("/health", "/health_generate", "/ping"):
+                return self._send(200, b"", "text/plain")
+            if path in ("/get_server_info", "/server_info"):
+                return self._send(200, server_info(engine))
+            if path == "/get_model_info":
+                return self._send(200, {"model_path": engine.model_path, "is_generation": True})
+            if path in ("/get_load", "/v1/loads"):
+                s = engine.stats()
+                return self._send(200, [{"dp_rank": 0, "num_reqs": s["running"] + s["waiting"],
+                                         "num_running_reqs": s["running"], "num_waiting_reqs": s["waiting"],
+                                         "num_tokens": s["used"], "max_total_num_tokens": engine.pool.size}])
+            if path == "/metrics":
+                return self._send(200, metrics_text(engine), "text/plain; version=0.0.4")
+            if path == "/flush_cache":
+                return self._send(200, "Cache flushed.\n", "text/plain")
+            return self._error(404, f"no route {path}")
+
+        def do_POST(self):
+            path = self.path.split("?")[0]
+            try:
+                body = self._body()
+                if path == "/generate":
+                    reqs, batched = build_requests(body, engine)
+                    engine.submit(reqs)
+                    for r in reqs:
+                        r.done.wait()
+                    out = [response_of(r) for r in reqs]
+                    return self._send(200, out if batched else out[0])
+                if path == "/update_weights_from_disk":
+                    mp = body.get("model_path")
+                    if not isinstance(mp, str) or not mp:
+                        raise BadRequest("model_path: required")
+                    try:
+                        engine.update_weights(mp)
+                    except CheckpointError as e:
+                        return self._send(400, {"success": False, "message": str(e), "num_paused_requests": 0})
+                    return self._send(200, {"success": True, "message": "Succeeded to update model weights.",
+                                            "num_paused_requests": 0})
+                if path == "/flush_cache":
+                    return self._send(200, "Cache flushed.\n", "text/plain")
+                if path == "/abort_request":
+                    n = engine.abort(body.get("rid"), bool(body.get("abort_all")))
+                    return self._send(200, {"aborted": n})
+                return self._error(404, f"no route {path}")
+            except BadRequest as e:
+                return self._error(400, str(e))
+            except (BrokenPipeError, ConnectionResetError):
+                return None
+
+    return Handler
+
+
+def server_info(engine):
+    cfg = engine.cfg
+    return {
+        "model_path": engine.model_path, "tokenizer_path": engine.model_path,
+        "max_total_num_tokens": engine.pool.size, "context_length": engine.context_len,
+        "max_running_requests": engine.args.max_running_requests, "page_size": 1,
+        "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
+        "kv_cache_bytes": engine.pool.nbytes, "vocab_size": cfg.vocab_size, "version": "rstar-engine/1",
+        "internal_states": [{"max_total_num_tokens": engine.pool.size}],
+    }
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="rstar-backend serve")
+    p.add_argument("--model", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--max-total-tokens", type=int, default=65536)
+    p.add_argument("--max-running-requests", type=int, default=256)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--threads", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    try:
+        engine = Engine(args)
+    except CheckpointError as e:
+        sys.stderr.write(f"rstar engine-serve: {e}\n")
+        return 1
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+    server.daemon_threads = True
+    host, port = server.server_address[:2]
+    sys.stderr.write(f"listening on http://{host}:{port}\n")
+    sys.stderr.flush()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        engine.close()
+    return 0

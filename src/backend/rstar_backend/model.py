@@ -1,0 +1,252 @@
+"""The Qwen3 architecture in one file, nanoGPT style.
+
+Module and parameter names follow Hugging Face's Qwen3ForCausalLM exactly (model.layers.0.self_attn.q_proj
+.weight, ...) so a state_dict *is* a checkpoint: no renaming table between us, SGLang and vLLM.
+
+The same forward serves training (no cache, causal mask) and the engine (a KV cache object passed in),
+so trainer and engine log-probs come from identical arithmetic.
+"""
+
+import math
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+_sdpa = getattr(F, "scaled_dot_product_attention", None)  # torch >= 2.0
+
+
+@dataclass
+class Qwen3Config:
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    intermediate_size: int = 768
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 2
+    head_dim: int = 32
+    max_position_embeddings: int = 4096
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    attention_bias: bool = False
+    initializer_range: float = 0.02
+    bos_token_id: int = 0
+    eos_token_id: int = 2
+    pad_token_id: int = 0
+    torch_dtype: str = "float32"
+
+    @classmethod
+    def from_dict(cls, d):
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known and v is not None}
+        if "head_dim" not in kw and "hidden_size" in kw and "num_attention_heads" in kw:
+            kw["head_dim"] = kw["hidden_size"] // kw["num_attention_heads"]
+        if isinstance(kw.get("eos_token_id"), list):  # HF allows a list; the first is the primary EOS
+            kw["eos_token_id"] = kw["eos_token_id"][0]
+        cfg = cls(**kw)
+        cfg.validate()
+        return cfg
+
+    def validate(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"config.json: {name}: expected a positive integer, got {v!r}")
+        if self.num_attention_heads % self.num_key_value_heads != 0:
+            raise ValueError("config.json: num_attention_heads must be a multiple of num_key_value_heads")
+        if self.head_dim % 2 != 0:
+            raise ValueError("config.json: head_dim must be even (rotary embeddings rotate pairs)")
+
+    def to_hf(self):
+        """config.json as Hugging Face writes it for Qwen3, so other tools load our checkpoints."""
+        return {
+            "architectures": ["Qwen3ForCausalLM"],
+            "attention_bias": self.attention_bias,
+            "attention_dropout": 0.0,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+            "pad_token_id": self.pad_token_id,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "hidden_size": self.hidden_size,
+            "initializer_range": self.initializer_range,
+            "intermediate_size": self.intermediate_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "max_window_layers": self.num_hidden_layers,
+            "model_type": "qwen3",
+            "num_attention_heads": self.num_attention_heads,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_key_value_heads": self.num_key_value_heads,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_scaling": None,
+            "rope_theta": self.rope_theta,
+            "sliding_window": None,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "torch_dtype": self.torch_dtype,
+            "transformers_version": "4.51.0",
+            "use_cache": True,
+            "use_sliding_window": False,
+            "vocab_size": self.vocab_size,
+        }
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.variance_epsilon = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()  # the variance in fp32 even for bf16 weights, as Qwen3 does
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Rotary(nn.Module):
+    """Rotary embeddings in the half-split layout that Hugging Face's Qwen3 uses."""
+
+    def __init__(self, head_dim, theta):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions, dtype):
+        # positions: (B, T) -> cos/sin (B, 1, T, head_dim), broadcast over heads
+        freqs = positions.float()[..., None] * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos()[:, None].to(dtype), emb.sin()[:, None].to(dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.n_head, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        b = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_head * self.head_dim, bias=b)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=b)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=b)
+        self.o_proj = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=b)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)  # per-head norms: Qwen3's change over Qwen2
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, cache=None):
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.n_head, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        mask = None  # None means plain causal attention over this call's own tokens
+        if cache is not None:
+            k, v, mask = cache.update(self.layer_idx, k, v)
+        rep = self.n_head // self.n_kv
+        if rep > 1:
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        y = attend(q, k, v, mask)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+
+
+def attend(q, k, v, mask):
+    """Softmax attention. mask: None (causal) or a bool tensor broadcastable to (B, H, Tq, Tk), True = keep."""
+    if _sdpa is not None:
+        if mask is None:
+            return _sdpa(q, k, v, is_causal=True)
+        return _sdpa(q, k, v, attn_mask=mask)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+    if mask is None:
+        Tq, Tk = q.size(-2), k.size(-2)
+        mask = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(Tk - Tq)
+    att = att.masked_fill(~mask, float("-inf"))
+    att = torch.softmax(att.float(), dim=-1).to(q.dtype)
+    return att @ v
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg, layer_idx):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer_idx)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, cache=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Qwen3Body(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList([DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+
+
+class Qwen3ForCausalLM(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.config = cfg
+        self.model = Qwen3Body(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def init_weights(self, seed):
+        g = torch.Generator().manual_seed(seed)
+        std = self.config.initializer_range
+        for name, p in self.named_parameters():
+            with torch.no_grad():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                elif name.endswith(".bias"):
+                    p.zero_()
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g) * std)
+
+    def forward(self, input_ids, positions=None, cache=None):
+        """input_ids (B, T) -> logits (B, T, V). positions default to 0..T-1 (right-padded batches)."""
+        B, T = input_ids.shape
+        if positions is None:
+            positions = torch.arange(T, device=input_ids.device).expand(B, T)
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self.model.rotary(positions, x.dtype)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, cache)
+        return self.lm_head(self.model.norm(x))
+
+
+def token_logprobs(logits, targets, temperature=1.0):
+    """log p(target) per position, in fp32, without materialising a (B, T, V) log-softmax twice."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits):
+    logits = logits.float()
+    p = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)

@@ -1,0 +1,351 @@
+"""One optimiser step (SFT or GRPO) per batch of trajectory-shaped records.
+
+Input: NDJSON records {prompt_ids, response_ids, loss_mask, logprobs?, advantage?}. Without --follow the
+whole input is one batch. With --follow the process stays alive and a line `{"end_batch": true}` or an
+empty line ends each batch, so a 14B model is loaded once, not once per step. Each batch writes a
+checkpoint to --out (HF layout plus trainer_state.pt with the AdamW moments) and prints one Step record.
+
+Data parallel under torchrun: rank 0 reads the input and broadcasts each batch; rank r trains on
+records r, r+W, ...; gradients are summed across ranks and every loss is divided by the batch's global
+count of loss tokens, so W processes compute the same update as one.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from .checkpoint import CheckpointError, copy_tokenizer, load_model, read_config, save_model
+from .model import entropy_from_logits, token_logprobs
+
+STATE = "trainer_state.pt"
+
+
+class DataError(Exception):
+    pass
+
+
+def pick_device(name="auto"):
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():  # ROCm builds answer here too
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        return torch.device(f"cuda:{local}")
+    return torch.device("cpu")
+
+
+def _ids(rec, key, where, vocab, allow_empty=True):
+    v = rec.get(key)
+    if not isinstance(v, list):
+        raise DataError(f"{where}: {key}: expected an array of token ids")
+    if not allow_empty and not v:
+        raise DataError(f"{where}: {key}: must not be empty")
+    for i, t in enumerate(v):
+        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+            raise DataError(f"{where}: {key}.{i}: expected a non-negative integer, got {t!r}")
+        if t >= vocab:
+            raise DataError(f"{where}: {key}.{i}: token id {t} is out of the vocabulary (vocab_size {vocab})")
+    return v
+
+
+def validate(rec, where, vocab, need_advantage, need_logprobs):
+    """Checks one record the way the TypeScript TrainRecord schema does, plus the vocabulary range."""
+    if not isinstance(rec, dict):
+        raise DataError(f"{where}: (record): expected an object")
+    prompt = _ids(rec, "prompt_ids", where, vocab)
+    response = _ids(rec, "response_ids", where, vocab, allow_empty=False)
+    mask = rec.get("loss_mask")
+    if not isinstance(mask, list) or any(m not in (0, 1) or isinstance(m, bool) for m in mask):
+        raise DataError(f"{where}: loss_mask: expected an array of 0 and 1")
+    if len(mask) != len(response):
+        raise DataError(f"{where}: loss_mask: length {len(mask)} differs from response_ids length {len(response)}")
+    lp = rec.get("logprobs")
+    if lp is not None:
+        if not isinstance(lp, list) or len(lp) != len(response):
+            raise DataError(f"{where}: logprobs: expected {len(response)} numbers (one per response token)")
+    elif need_logprobs:
+        raise DataError(f"{where}: logprobs: required by --old-logprobs rollout")
+    adv = rec.get("advantage")
+    if adv is None and need_advantage:
+        raise DataError(f"{where}: advantage: required by --loss grpo (run `rstar advantage` first)")
+    if adv is not None and (not isinstance(adv, (int, float)) or isinstance(adv, bool)):
+        raise DataError(f"{where}: advantage: expected a number")
+    return {"prompt": prompt, "response": response, "mask": mask, "logprobs": lp,
+            "advantage": float(adv) if adv is not None else 0.0}
+
+
+def read_batches(stream, source, follow):
+    """Yields lists of (where, record) per batch. Without follow, everything up to EOF is one batch."""
+    batch = []
+    for lineno, line in enumerate(stream, 1):
+        where = f"{source}:{lineno}"
+        if not line.strip():
+            if follow and batch:
+                yield batch
+                batch = []
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            raise DataError(f"{where}: invalid JSON: {e}")
+        if isinstance(rec, dict) and rec.get("end_batch") is True:
+            if follow and batch:
+                yield batch
+                batch = []
+            continue
+        batch.append((where, rec))
+    if batch or not follow:
+        yield batch
+
+
+def micro_batches(seqs, budget):
+    """Greedy packing in input order: a micro-batch holds sequences while count * longest <= budget."""
+    out, cur, longest = [], [], 0
+    for s in seqs:
+        n = len(s["prompt"]) + len(s["response"])
+        if cur and (len(cur) + 1) * max(longest, n) > budget:
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(s)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def pack(mb, device, pad_id=0):
+    """Right-padded inputs plus per-response-token targets, masks and gather positions."""
+    T = max(len(s["prompt"]) + len(s["response"]) for s in mb)
+    R = max(len(s["response"]) for s in mb)
+    B = len(mb)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    pos = torch.zeros((B, R), dtype=torch.long)  # position of the logit that predicts response token j
+    tgt = torch.zeros((B, R), dtype=torch.long)
+    mask = torch.zeros((B, R))
+    valid = torch.zeros((B, R))
+    rollout = torch.zeros((B, R))
+    has_rollout = torch.zeros((B, R))
+    adv = torch.zeros((B, 1))
+    for i, s in enumerate(mb):
+        p, r = len(s["prompt"]), len(s["response"])
+        ids[i, :p + r] = torch.tensor(s["prompt"] + s["response"])
+        pos[i, :r] = torch.arange(p - 1, p + r - 1).clamp(min=0)
+        tgt[i, :r] = torch.tensor(s["response"])
+        mask[i, :r] = torch.tensor(s["mask"], dtype=torch.float32)
+        valid[i, :r] = 1.0
+        if p == 0:
+            mask[i, 0] = 0.0  # nothing predicts the first token of a prompt-less sequence
+        if s["logprobs"] is not None:
+            rollout[i, :r] = torch.tensor(s["logprobs"], dtype=torch.float32)
+            has_rollout[i, :r] = 1.0
+        adv[i, 0] = s["advantage"]
+    d = lambda t: t.to(device)
+    return d(ids), d(pos), d(tgt), d(mask), d(valid), d(rollout), d(has_rollout), d(adv)
+
+
+def response_logits(model, ids, pos):
+    logits = model(ids)
+    return logits.gather(1, pos.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+
+
+class Trainer:
+    def __init__(self, args):
+        self.args = args
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.device = pick_device(args.device)
+        if self.world > 1:
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+        torch.manual_seed(args.seed)
+        self.model = load_model(args.model, self.device, torch.float32)
+        self.model.train()
+        self.cfg = self.model.config
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=args.lr, betas=(args.beta1, args.beta2),
+                                     eps=args.eps, weight_decay=args.weight_decay)
+        self.step_no = 0
+        state_path = os.path.join(args.model, STATE)
+        if os.path.isfile(state_path):
+            state = torch.load(state_path, map_location=self.device)
+            self.opt.load_state_dict(state["optimizer"])
+            self.step_no = int(state["step"])
+        self.ref = None
+        if args.kl_coef > 0:
+            self.ref = load_model(args.ref or args.model, self.device, torch.float32)
+            self.ref.eval()
+            for p in self.ref.parameters():
+                p.requires_grad_(False)
+        self.tokenizer_copied = set()
+
+    def lr_at(self, step_index):
+        a = self.args
+        if a.warmup_steps > 0:
+            return a.lr * min(1.0, (step_index + 1) / a.warmup_steps)
+        return a.lr
+
+    def step(self, batch):
+        a = self.args
+        t0 = time.time()
+        grpo = a.loss == "grpo"
+        seqs = [validate(rec, where, self.cfg.vocab_size, grpo, grpo and a.old_logprobs == "rollout")
+                for where, rec in batch]
+        if not seqs:
+            raise DataError("empty batch: no records to train on")
+        n_loss = sum(sum(s["mask"][1 if not s["prompt"] else 0:]) for s in seqs)
+        if n_loss == 0:
+            raise DataError("batch has no loss tokens (every loss_mask is 0)")
+        mine = seqs[self.rank::self.world]
+        sums = torch.zeros(7, dtype=torch.float64)  # loss, clipped, kl_old, entropy, mismatch, n_mismatch, kl_ref
+        self.opt.zero_grad(set_to_none=False)
+        mbs = micro_batches(mine, a.micro_batch_tokens)
+        for mb in mbs:
+            ids, pos, tgt, mask, valid, rollout, has_rollout, adv = pack(mb, self.device, self.cfg.pad_token_id)
+            logits = response_logits(self.model, ids, pos)
+            logp = token_logprobs(logits, tgt)
+            with torch.no_grad():
+                ent = entropy_from_logits(logits)
+            if grpo:
+                # Old log-probs "recomputed with the current weights before the update" are, in a
+                # single-update step, exactly these log-probs detached: no second forward needed.
+                old = rollout if a.old_logprobs == "rollout" else logp.detach()
+                ratio = torch.exp(logp - old)
+                pg1 = -adv * ratio
+                pg2 = -adv * ratio.clamp(1.0 - a.clip_low, 1.0 + a.clip_high)
+                tok = torch.maximum(pg1, pg2)
+                clipped = (pg2 > pg1).float()
+                kl_old = (old - logp).detach()
+            else:
+                tok = -logp
+                clipped = torch.zeros_like(logp)
+                kl_old = torch.zeros_like(logp)
+            if self.ref is not None:
+                with torch.no_grad():
+                    ref_lp = token_logprobs(response_logits(self.ref, ids, pos), tgt)
+                d = (ref_lp - logp).clamp(-20, 20)
+                kl = (torch.exp(d) - d - 1).clamp(-10, 10)  # k3 estimator ("low_var_kl")
+                tok = tok + a.kl_coef * kl
+                sums[6] += float((kl.detach() * mask).sum())
+            if a.entropy_coef > 0:
+                tok = tok - a.entropy_coef * entropy_from_logits(logits)
+            loss = (tok * mask).sum() / n_loss
+            loss.backward()
+            sums[0] += float((tok.detach() * mask).sum())
+            sums[1] += float((clipped * mask).sum())
+            sums[2] += float((kl_old * mask).sum())
+            sums[3] += float((ent * mask).sum())
+            m = mask * has_rollout
+            sums[4] += float(((rollout - logp.detach()).abs() * m).sum())
+            sums[5] += float(m.sum())
+        if self.world > 1:
+            for p in self.params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad)
+            dist.all_reduce(sums)
+        max_norm = a.max_grad_norm if a.max_grad_norm > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        lr = self.lr_at(self.step_no)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.step()
+        self.step_no += 1
+        out = a.out.replace("{step}", str(self.step_no))
+        if self.rank == 0:
+            self.save(out)
+        if self.world > 1:
+            dist.barrier()
+        tokens = sum(len(s["prompt"]) + len(s["response"]) for s in seqs)
+        record = {
+            "v": 1, "step": self.step_no, "policy": a.policy or os.path.abspath(out),
+            "checkpoint": os.path.abspath(out), "loss": float(sums[0]) / n_loss,
+            "pg_clipfrac": float(sums[1]) / n_loss, "approx_kl": float(sums[2]) / n_loss,
+            "entropy": float(sums[3]) / n_loss, "grad_norm": grad_norm, "lr": lr,
+            "sequences": len(seqs), "tokens": tokens, "seconds": round(time.time() - t0, 6),
+            "loss_type": a.loss, "loss_tokens": int(n_loss), "micro_batches": len(mbs), "world_size": self.world,
+        }
+        if sums[5] > 0:
+            record["logprob_mismatch"] = float(sums[4]) / float(sums[5])
+        if self.ref is not None:
+            record["kl"] = float(sums[6]) / n_loss
+        return record
+
+    def save(self, out):
+        save_model(self.model, out, max_shard_bytes=self.args.max_shard_bytes or None)
+        torch.save({"optimizer": self.opt.state_dict(), "step": self.step_no}, os.path.join(out, STATE) + ".tmp")
+        os.replace(os.path.join(out, STATE) + ".tmp", os.path.join(out, STATE))
+        if out not in self.tokenizer_copied:
+            copy_tokenizer(self.args.model, out)
+            self.tokenizer_copied.add(out)
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="rstar-backend train")
+    p.add_argument("--loss", choices=["sft", "grpo"], required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--out", required=True, help="checkpoint folder; {step} is replaced by the step number")
+    p.add_argument("--file", default="-")
+    p.add_argument("--follow", action="store_true")
+    p.add_argument("--lr", type=float, default=1e-6)
+    p.add_argument("--warmup-steps", type=int, default=0)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.999)
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--clip-low", type=float, default=0.2)
+    p.add_argument("--clip-high", type=float, default=0.28)
+    p.add_argument("--old-logprobs", choices=["recompute", "rollout"], default="recompute")
+    p.add_argument("--kl-coef", type=float, default=0.0)
+    p.add_argument("--ref", default=None)
+    p.add_argument("--entropy-coef", type=float, default=0.0)
+    p.add_argument("--micro-batch-tokens", type=int, default=16384)
+    p.add_argument("--max-shard-bytes", type=int, default=0)
+    p.add_argument("--policy", default=None)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(argv):
+    args = parser().parse_args(argv)
+    try:
+        trainer = Trainer(args)
+        if trainer.rank == 0:
+            stream = sys.stdin if args.file == "-" else open(args.file)
+            source = "stdin" if args.file == "-" else args.file
+            batches = read_batches(stream, source, args.follow)
+        while True:
+            if trainer.rank == 0:
+                try:
+                    item = [next(batches)]
+                except StopIteration:
+                    item = [None]
+                except DataError as e:
+                    item = [e]
+            else:
+                item = [None]
+            if trainer.world > 1:
+                dist.broadcast_object_list(item, src=0)
+            if item[0] is None:
+                break
+            if isinstance(item[0], DataError):
+                raise item[0]
+            record = trainer.step(item[0])
+            if trainer.rank == 0:
+                sys.stdout.write(json.dumps(record) + "\n")
+                sys.stdout.flush()
+            if not args.follow:
+                break
+    except (DataError, CheckpointError) as e:
+        sys.stderr.write(f"rstar train-step: {e}\n")
+        return 1
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    return 0

@@ -1,0 +1,38 @@
+import { execa } from 'execa';
+import { engineArgs } from '../backend/engine.js';
+import { backendEnv, findPython } from '../backend/python.js';
+import { UsageError } from '../errors.js';
+import { integer, parse, program } from '../program.js';
+
+export async function run(argv: string[]): Promise<void> {
+  const cmd = program('engine-serve', 'embedded inference engine speaking the SGLang HTTP subset')
+    .requiredOption('--model <dir>', 'checkpoint folder (HF layout)')
+    .option('--port <n>', 'port (0: any free port)', integer(0), 30000)
+    .option('--host <addr>', 'bind address', '127.0.0.1')
+    .option(
+      '--max-total-tokens <n>',
+      'KV cache budget in tokens; a request that does not fit waits',
+      integer(1),
+      65536,
+    )
+    .option('--max-running-requests <n>', 'most requests decoded together', integer(1), 256);
+  if (!parse(cmd, argv)) return;
+  const o = cmd.opts<{
+    model: string;
+    port: number;
+    host: string;
+    maxTotalTokens: number;
+    maxRunningRequests: number;
+  }>();
+  if (o.port > 65535) throw new UsageError('--port: expected 0..65535');
+  const python = await findPython();
+  // The server prints `listening on http://HOST:PORT` on stderr itself; its errors too (no double report).
+  const child = execa(python, engineArgs(o), { env: backendEnv(), stdio: 'inherit', reject: false });
+  const forward = (signal: NodeJS.Signals) => () => child.kill(signal);
+  const onInt = forward('SIGINT');
+  const onTerm = forward('SIGTERM');
+  process.on('SIGINT', onInt).on('SIGTERM', onTerm);
+  const result = await child;
+  process.off('SIGINT', onInt).off('SIGTERM', onTerm);
+  if (result.exitCode !== 0 && result.exitCode !== undefined) process.exitCode = result.exitCode;
+}

@@ -1,0 +1,230 @@
+import { once } from 'node:events';
+import { type AddressInfo, createServer } from 'node:net';
+import type { Writable } from 'node:stream';
+import { execa } from 'execa';
+import { readCheckpointConfig } from '../backend/checkpoint.js';
+import { BACKEND_SCRIPT, backendEnv, backendMessage, findPython } from '../backend/python.js';
+import { DataError, UsageError } from '../errors.js';
+import { NdjsonWriter, openInput, parseLine, readLines } from '../ndjson/index.js';
+import { integer, number, parse, program } from '../program.js';
+import { TrainRecord } from '../records/trajectory.js';
+
+interface Options {
+  loss: string;
+  model: string;
+  out: string;
+  lr: number;
+  follow?: boolean;
+  warmupSteps: number;
+  weightDecay: number;
+  maxGradNorm: number;
+  clipLow: number;
+  clipHigh: number;
+  oldLogprobs: string;
+  klCoef: number;
+  ref?: string;
+  entropyCoef: number;
+  microBatchTokens: number;
+  maxShardBytes: number;
+  policy?: string;
+  device: string;
+  seed: number;
+  nproc: number;
+}
+
+const END_BATCH = '{"v":1,"end_batch":true}';
+
+function backendArgs(o: Options): string[] {
+  const args = ['train', '--follow', '--loss', o.loss, '--model', o.model, '--out', o.out];
+  const flag = (name: string, value: string | number | undefined) => {
+    if (value !== undefined) args.push(name, String(value));
+  };
+  flag('--lr', o.lr);
+  flag('--warmup-steps', o.warmupSteps);
+  flag('--weight-decay', o.weightDecay);
+  flag('--max-grad-norm', o.maxGradNorm);
+  flag('--clip-low', o.clipLow);
+  flag('--clip-high', o.clipHigh);
+  flag('--old-logprobs', o.oldLogprobs);
+  flag('--kl-coef', o.klCoef);
+  flag('--ref', o.ref);
+  flag('--entropy-coef', o.entropyCoef);
+  flag('--micro-batch-tokens', o.microBatchTokens);
+  flag('--max-shard-bytes', o.maxShardBytes);
+  flag('--policy', o.policy);
+  flag('--device', o.device);
+  flag('--seed', o.seed);
+  return args;
+}
+
+/** A free TCP port on 127.0.0.1 for the process group's rendezvous. */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
+/**
+ * The environment torchrun gives each rank (RANK, WORLD_SIZE, MASTER_ADDR, ...). We launch the ranks
+ * ourselves: Debian's torch 1.13 torchrun fails under Python 3.11 (its Std flag parsing returns None),
+ * and launching directly lets rank 0 read our pipe while the others stay silent.
+ */
+async function distributedEnv(n: number): Promise<NodeJS.ProcessEnv[]> {
+  const port = String(await freePort());
+  return Array.from({ length: n }, (_, rank) => ({
+    RANK: String(rank),
+    LOCAL_RANK: String(rank),
+    WORLD_SIZE: String(n),
+    LOCAL_WORLD_SIZE: String(n),
+    MASTER_ADDR: '127.0.0.1',
+    MASTER_PORT: port,
+  }));
+}
+
+async function send(stdin: Writable, line: string): Promise<void> {
+  if (!stdin.write(`${line}\n`)) await once(stdin, 'drain');
+}
+
+export async function run(argv: string[]): Promise<void> {
+  const cmd = program('train-step', 'one optimiser step (SFT or GRPO) per batch on the PyTorch backend')
+    .argument('[file]', 'NDJSON trajectory-shaped records (default: stdin)')
+    .requiredOption('--loss <kind>', 'sft | grpo')
+    .requiredOption('--model <dir>', 'checkpoint to start from (its trainer_state.pt continues AdamW)')
+    .requiredOption('--out <dir>', 'checkpoint to write; `{step}` in it becomes the step number')
+    .option('--lr <x>', 'peak learning rate', number(0), 1e-6)
+    .option('--follow', 'stay resident: one step per batch; an empty line or {"end_batch":true} ends a batch')
+    .option('--warmup-steps <n>', 'linear LR warm-up over the first N steps', integer(0), 0)
+    .option('--weight-decay <x>', 'AdamW weight decay', number(0), 0.01)
+    .option('--max-grad-norm <x>', 'clip the global gradient norm (0: no clipping)', number(0), 1.0)
+    .option('--clip-low <x>', 'GRPO: lower clip of the ratio (1 - x)', number(0, 1), 0.2)
+    .option('--clip-high <x>', 'GRPO: upper clip of the ratio (1 + x)', number(0), 0.28)
+    .option(
+      '--old-logprobs <src>',
+      "GRPO: recompute (current weights) | rollout (records' logprobs)",
+      'recompute',
+    )
+    .option('--kl-coef <x>', 'GRPO: KL penalty to the reference model (0: off)', number(0), 0)
+    .option('--ref <dir>', 'reference checkpoint for --kl-coef (default: --model)')
+    .option('--entropy-coef <x>', 'entropy bonus (0: off)', number(0), 0)
+    .option(
+      '--micro-batch-tokens <n>',
+      'padded tokens per micro-batch (gradient accumulation)',
+      integer(1),
+      16384,
+    )
+    .option('--max-shard-bytes <n>', 'shard the written safetensors (0: one file)', integer(0), 0)
+    .option('--policy <name>', 'policy id in the Step record (default: the checkpoint path)')
+    .option('--device <name>', 'auto | cpu | cuda | cuda:N', 'auto')
+    .option('--seed <n>', 'torch seed', integer(0), 0)
+    .option('--nproc <n>', 'data-parallel processes through torch.distributed.run', integer(1), 1);
+  if (!parse(cmd, argv)) return;
+  const o = cmd.opts<Options>();
+  if (o.loss !== 'sft' && o.loss !== 'grpo')
+    throw new UsageError(`--loss: expected sft or grpo, got '${o.loss}'`);
+  if (o.oldLogprobs !== 'recompute' && o.oldLogprobs !== 'rollout') {
+    throw new UsageError(`--old-logprobs: expected recompute or rollout, got '${o.oldLogprobs}'`);
+  }
+  const { vocab_size: vocab } = readCheckpointConfig(o.model);
+  if (o.ref) readCheckpointConfig(o.ref);
+  const python = await findPython();
+  const args = [BACKEND_SCRIPT, ...backendArgs(o)];
+  const world = o.nproc > 1 ? await distributedEnv(o.nproc) : [{}];
+  // Started before the input is read, so loading the model overlaps with the upstream producer.
+  // Rank 0 reads the batches and broadcasts them; the other ranks need no stdio of ours.
+  const child = execa(python, args, {
+    env: { ...backendEnv(), ...world[0] },
+    reject: false,
+    stdin: 'pipe',
+    stdout: 'pipe',
+    stderr: 'pipe',
+  });
+  const peers = world
+    .slice(1)
+    .map((env) =>
+      execa(python, args, {
+        env: { ...backendEnv(), ...env },
+        reject: false,
+        stdin: 'ignore',
+        stdout: 'ignore',
+      }),
+    );
+  const stopPeers = async () => {
+    for (const peer of peers) peer.kill('SIGTERM');
+    await Promise.all(peers);
+  };
+  child.stdin?.on('error', () => {}); // an early backend exit is reported from its exit status below
+  const writer = new NdjsonWriter();
+  const forwarded = (async () => {
+    for await (const { text } of readLines(child.stdout!, 'backend')) {
+      if (text.trim() !== '') await writer.writeRaw(text);
+    }
+  })();
+
+  const { stream, source } = openInput(cmd.args[0]);
+  let inBatch = 0;
+  let total = 0;
+  try {
+    for await (const entry of readLines(stream, source)) {
+      const blank = entry.text.trim() === '';
+      if (blank || /"end_batch"\s*:\s*true/.test(entry.text)) {
+        if (!blank) JSON.parse(entry.text);
+        if (o.follow && inBatch > 0) {
+          await send(child.stdin!, END_BATCH);
+          inBatch = 0;
+        }
+        continue;
+      }
+      const record = parseLine(TrainRecord, entry);
+      const where = `${source}:${entry.line}`;
+      for (const key of ['prompt_ids', 'response_ids'] as const) {
+        const i = record[key].findIndex((t) => t >= vocab);
+        if (i >= 0) {
+          throw new DataError(
+            `${where}: ${key}.${i}: token id ${record[key][i]} is out of the vocabulary (vocab_size ${vocab})`,
+          );
+        }
+      }
+      if (o.loss === 'grpo' && record.advantage === undefined) {
+        throw new DataError(`${where}: advantage: required by --loss grpo (run \`rstar advantage\` first)`);
+      }
+      if (o.loss === 'grpo' && o.oldLogprobs === 'rollout' && record.logprobs === undefined) {
+        throw new DataError(`${where}: logprobs: required by --old-logprobs rollout`);
+      }
+      await send(child.stdin!, entry.text);
+      inBatch += 1;
+      total += 1;
+    }
+  } catch (error) {
+    child.kill('SIGTERM');
+    await child;
+    await stopPeers();
+    if (error instanceof SyntaxError)
+      throw new DataError(`${source}: invalid end_batch line: ${error.message}`);
+    throw error;
+  }
+  if (total === 0) {
+    child.kill('SIGTERM');
+    await child;
+    await stopPeers();
+    throw new DataError(`${source}: empty batch: no records to train on`);
+  }
+  child.stdin?.end();
+  const result = await child;
+  const peerResults = await Promise.all(peers);
+  await forwarded;
+  await writer.end();
+  if (result.exitCode !== 0) {
+    throw new DataError(
+      backendMessage(String(result.stderr), `backend exited with ${result.exitCode ?? result.signal}`),
+    );
+  }
+  const failed = peerResults.find((r) => r.exitCode !== 0);
+  if (failed)
+    throw new DataError(
+      backendMessage(String(failed.stderr), `a data-parallel rank exited with ${failed.exitCode}`),
+    );
+}
