@@ -62,7 +62,7 @@ export function lengthSpec(benchmark: string, samples: readonly Sample[]): TopLe
     mark: 'bar',
     encoding: {
       x: { field: 'tokens', type: 'quantitative', bin: { maxbins: 30 }, title: 'response tokens' },
-      y: { aggregate: 'count', type: 'quantitative', title: 'trajectories' },
+      y: { aggregate: 'count', type: 'quantitative', title: 'trajectories', axis: { tickMinStep: 1 } },
       color: {
         field: 'outcome',
         type: 'nominal',
