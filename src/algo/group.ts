@@ -1,0 +1,148 @@
+/**
+ * Collects records into groups by key (a trajectory's `problem_id`) while they stream in, in any
+ * order and interleaved. With a declared group size a group is released the moment it is complete,
+ * so memory holds only the groups still open; without one, every group waits for the end of input.
+ */
+import { DataError } from '../errors.js';
+import { openInput, parseLine, readLines } from '../ndjson/index.js';
+import { Trajectory } from '../records/index.js';
+
+export interface Member<T> {
+  item: T;
+  sample: number;
+  id: string;
+  /** `FILE:LINE` of the record. */
+  where: string;
+}
+
+export interface Group<T> {
+  key: string;
+  /** Members in ascending `sample` order (the release's batch order within a group). */
+  members: Member<T>[];
+}
+
+export interface GrouperOptions {
+  /** Expected records per group; a group is emitted as soon as it holds this many. */
+  size?: number;
+}
+
+export class Grouper<T> {
+  readonly #size: number | undefined;
+  readonly #open = new Map<string, Member<T>[]>();
+  /** Keys already emitted (a few bytes per group), so a straggler is an error, not a new group. */
+  readonly #done = new Set<string>();
+
+  constructor({ size }: GrouperOptions = {}) {
+    this.#size = size;
+  }
+
+  /** Groups still waiting for members. */
+  get openGroups(): number {
+    return this.#open.size;
+  }
+
+  /** Adds one record; returns its group when that record completed it (only with a size). */
+  add(key: string, member: Member<T>): Group<T> | undefined {
+    if (this.#done.has(key)) {
+      throw new DataError(
+        `${member.where}: problem_id: group '${key}' already had its ${this.#size} records (--group-size ${this.#size})`,
+      );
+    }
+    let members = this.#open.get(key);
+    if (members === undefined) {
+      members = [];
+      this.#open.set(key, members);
+    }
+    for (const other of members) {
+      if (other.sample === member.sample) {
+        throw new DataError(
+          `${member.where}: sample: duplicate sample ${member.sample} of problem '${key}' (first at ${other.where})`,
+        );
+      }
+      if (other.id === member.id) {
+        throw new DataError(`${member.where}: id: duplicate id '${member.id}' (first at ${other.where})`);
+      }
+    }
+    members.push(member);
+    if (this.#size !== undefined && members.length === this.#size) {
+      this.#open.delete(key);
+      this.#done.add(key);
+      return { key, members: sorted(members) };
+    }
+    return undefined;
+  }
+
+  /**
+   * At end of input: the remaining groups in order of first appearance. With a declared size an
+   * incomplete group is an error naming its first record, since its missing samples would skew it.
+   */
+  finish(): Group<T>[] {
+    const out: Group<T>[] = [];
+    for (const [key, members] of this.#open) {
+      if (this.#size !== undefined) {
+        throw new DataError(
+          `${members[0].where}: problem_id: group '${key}' has ${members.length} records at end of input, --group-size says ${this.#size}`,
+        );
+      }
+      out.push({ key, members: sorted(members) });
+    }
+    this.#open.clear();
+    return out;
+  }
+}
+
+function sorted<T>(members: Member<T>[]): Member<T>[] {
+  return members.sort((a, b) => a.sample - b.sample);
+}
+
+export interface GroupedInput<T> {
+  /** Groups in completion order (with a size) or first-appearance order (at end of input). */
+  groups: AsyncGenerator<Group<T>>;
+  /** Records read so far. */
+  readonly records: () => number;
+}
+
+/**
+ * Reads trajectories from FILE (or stdin), validates each against the Trajectory schema and turns it
+ * into whatever the command keeps per record (`build`), then groups them by `problem_id`.
+ */
+export function readTrajectoryGroups<T>(
+  file: string | undefined,
+  options: GrouperOptions,
+  build: (record: Trajectory, raw: string) => T,
+): GroupedInput<T> {
+  let count = 0;
+  async function* groups(): AsyncGenerator<Group<T>> {
+    const { stream, source } = openInput(file);
+    const grouper = new Grouper<T>(options);
+    for await (const entry of readLines(stream, source)) {
+      if (isBlank(entry.text)) continue;
+      const record = parseLine(Trajectory, entry);
+      count += 1;
+      const member = {
+        item: build(record, entry.text),
+        sample: record.sample,
+        id: record.id,
+        where: `${entry.source}:${entry.line}`,
+      };
+      const done = grouper.add(record.problem_id, member);
+      if (done) yield done;
+    }
+    yield* grouper.finish();
+  }
+  return { groups: groups(), records: () => count };
+}
+
+function isBlank(text: string): boolean {
+  // Records are long: a line that opens an object is not blank, so skip the full trim for it.
+  return text.charCodeAt(0) !== 123 && text.trim() === '';
+}
+
+/**
+ * The input line with one more top-level field, without re-serialising the (large) record: the
+ * record is a JSON object, so its text ends in `}`. Callers use this only when the field is new.
+ */
+export function appendField(raw: string, name: string, value: unknown): string {
+  const text = raw.trimEnd();
+  return `${text.slice(0, -1)},${JSON.stringify(name)}:${JSON.stringify(value)}}`;
+}

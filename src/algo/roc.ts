@@ -1,0 +1,170 @@
+/**
+ * GRPO-RoC (Resample-on-Correct) group selection, the per-group part of rStar2-Agent's
+ * `reject_equal_reward` (down_sample/reject_sampling.py) and `resample_of_correct` (down_sample/roc.py).
+ * Pure functions over one group; streaming and I/O live in the command.
+ */
+import { roundHalfEven } from './py-round.js';
+
+export interface RocCandidate {
+  /** Rollout index; candidates must arrive in ascending `sample` order (the release's batch order). */
+  sample: number;
+  reward: number;
+  /** `penalty.total`: lower is a cleaner correct trajectory. */
+  penalty: number;
+}
+
+export type PositiveSelection = 'sorted' | 'weighted';
+
+export interface RocOptions {
+  /** `down_sample_to_n`. */
+  keep: number;
+  /** `min_non_zero_reward_trace_num`. */
+  minPos: number;
+  /** `min_zero_reward_trace_num`. */
+  minNeg: number;
+  rejectEqual: boolean;
+  positives: PositiveSelection;
+  /** For `weighted`: the random stream of this group (see `groupRandom`). */
+  random?: () => number;
+}
+
+export type RocOutcome =
+  | 'rejected-equal' // all rewards equal (reject_equal_reward)
+  | 'too-small' // fewer than `keep` samples
+  | 'kept-whole' // exactly `keep` samples
+  | 'both-short' // neither class reaches its minimum: the release keeps the whole group
+  | 'sampled'; // down-sampled to the target counts
+
+export interface RocDecision {
+  outcome: RocOutcome;
+  /** Indices into the candidate array, ascending. */
+  kept: number[];
+  positives: number;
+  negatives: number;
+  /** The release asserts `len(choices) == down_sample_to_n`; true where that assert would fire. */
+  sizeMismatch: boolean;
+}
+
+/**
+ * Rewards travel through the release as float32 `token_level_scores` summed over tokens (one non-zero
+ * token), so every comparison happens on the float32 value of the reward.
+ */
+export const f32 = Math.fround;
+const RTOL = f32(1e-5);
+const ATOL = f32(1e-8);
+
+/**
+ * `torch.allclose(a, b)` element-wise on float32: |a - b| <= atol + rtol * |b|, with `b` (not `a`) scaling
+ * the tolerance, every step rounded to float32, exact equality always close, non-finite error never.
+ */
+export function isClose32(a: number, b: number): boolean {
+  const x = f32(a);
+  const y = f32(b);
+  if (x === y) return true;
+  const actual = Math.abs(f32(x - y));
+  const allowed = f32(ATOL + Math.abs(f32(RTOL * y)));
+  return Number.isFinite(actual) && actual <= allowed;
+}
+
+/** `torch.allclose(uid_rewards[0], uid_rewards)`: the group carries no learning signal. */
+export function rewardsAllEqual(rewards: readonly number[]): boolean {
+  return rewards.every((r) => isClose32(rewards[0], r));
+}
+
+/** `torch.allclose(torch.zeros_like(uid_rewards), uid_rewards)`, for the release's statistics. */
+export function rewardsAllZero(rewards: readonly number[]): boolean {
+  return rewards.every((r) => isClose32(0, r));
+}
+
+/** Correct means a positive float32 reward (`uid_reward > 0`); everything else (`<= 0`) is negative. */
+export const isPositive = (reward: number): boolean => f32(reward) > 0;
+
+/** Weight of a positive trajectory in `weighted` mode: decreasing in penalty, finite at penalty 0. */
+export const WEIGHT_OFFSET = 0.1;
+export const positiveWeight = (penalty: number): number => 1 / (WEIGHT_OFFSET + penalty);
+
+/**
+ * Weighted sampling without replacement (Efraimidis-Spirakis): each item draws u^(1/w) and the largest
+ * keys win, which equals drawing one at a time with probability proportional to the remaining weights.
+ * Returns positions into `penalties`, most preferred first; ties keep the original order.
+ */
+export function weightedOrder(penalties: readonly number[], random: () => number): number[] {
+  const keyed = penalties.map((p, i) => {
+    const u = 1 - random(); // (0, 1], so log(u) is finite
+    return { i, key: Math.log(u) / positiveWeight(p) };
+  });
+  keyed.sort((a, b) => b.key - a.key);
+  return keyed.map((k) => k.i);
+}
+
+/** Mirrors the per-uid body of `resample_of_correct` (and, before it, `reject_equal_reward`). */
+export function rocSelect(candidates: readonly RocCandidate[], options: RocOptions): RocDecision {
+  const { keep, minPos, minNeg } = options;
+  const all = candidates.map((_, i) => i);
+  const decision = (outcome: RocOutcome, kept: number[], sizeMismatch = false): RocDecision => {
+    const positives = kept.filter((i) => isPositive(candidates[i].reward)).length;
+    return { outcome, kept, positives, negatives: kept.length - positives, sizeMismatch };
+  };
+  if (options.rejectEqual && rewardsAllEqual(candidates.map((c) => c.reward))) {
+    return decision('rejected-equal', []);
+  }
+  const n = candidates.length;
+  if (n < keep) return decision('too-small', []);
+  if (n === keep) return decision('kept-whole', all);
+
+  // zero_reward_pairs / non_zero_reward_pairs in batch order; positives then stably sorted by penalty.
+  const negatives = all.filter((i) => !isPositive(candidates[i].reward));
+  let positives = all.filter((i) => isPositive(candidates[i].reward));
+  if (options.positives === 'weighted') {
+    if (!options.random) throw new Error('weighted positives need a random stream');
+    const order = weightedOrder(
+      positives.map((i) => candidates[i].penalty),
+      options.random,
+    );
+    positives = order.map((k) => positives[k]);
+  } else {
+    positives = [...positives].sort((a, b) => candidates[a].penalty - candidates[b].penalty);
+  }
+
+  // Target counts: Python's round() on a true division, i.e. round-half-to-even.
+  let negCount = roundHalfEven((negatives.length * keep) / n);
+  let posCount = roundHalfEven((positives.length * keep) / n);
+  if (negCount < minNeg && posCount < minPos) return decision('both-short', all);
+  if (negCount <= Math.min(minNeg, negatives.length)) {
+    negCount = Math.min(minNeg, negatives.length);
+    posCount = keep - negCount;
+  }
+  if (posCount <= Math.min(minPos, positives.length)) {
+    posCount = Math.min(minPos, positives.length);
+    negCount = keep - posCount;
+  }
+  // Python's `xs[:k]` is JS's `xs.slice(0, k)`, negative k included (minimums above `keep` make k < 0).
+  const chosen = [...positives.slice(0, posCount), ...negatives.slice(0, negCount)];
+  chosen.sort((a, b) => a - b);
+  return decision('sampled', chosen, chosen.length !== keep);
+}
+
+/** 32-bit FNV-1a, to derive a per-group seed from the run's seed and the group key. */
+function fnv1a(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/**
+ * A deterministic stream in [0, 1) for one group (mulberry32). Seeding by (seed, problem_id) makes a
+ * group's choice independent of which other groups share the input and of their order.
+ */
+export function groupRandom(seed: number, key: string): () => number {
+  let state = fnv1a(`${seed}\u0000${key}`);
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

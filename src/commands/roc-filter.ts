@@ -1,0 +1,205 @@
+import { writeFileSync } from 'node:fs';
+import { Option } from 'commander';
+import { appendField, readTrajectoryGroups } from '../algo/group.js';
+import { PENALTY_MODES, type PenaltyMode, type PenaltyScore, scoreText } from '../algo/penalty.js';
+import {
+  groupRandom,
+  isPositive,
+  type PositiveSelection,
+  rewardsAllEqual,
+  rewardsAllZero,
+  rocSelect,
+} from '../algo/roc.js';
+import { openOutput } from '../ndjson/index.js';
+import { integer, parse, program } from '../program.js';
+
+interface Scored {
+  raw: string;
+  /** True when the input already carried `penalty`: then the record is re-serialised, not spliced. */
+  record?: Record<string, unknown>;
+  reward: number;
+  penalty: PenaltyScore;
+  toolErrors: number;
+  toolResponses: number;
+  answerTags: number;
+}
+
+/** The summary: the release's `reject_equal_reward/*`, `roc_error_ratio/*` and `roc_answer_format/*` metrics. */
+export interface RocStats {
+  groups_in: number;
+  groups_out: number;
+  records_in: number;
+  records_out: number;
+  positives_out: number;
+  negatives_out: number;
+  /** Groups whose rewards are all equal (counted whether or not they are rejected). */
+  equal_reward: number;
+  equal_reward_all_zero: number;
+  equal_reward_non_zero: number;
+  rejected_equal: number;
+  too_small: number;
+  kept_whole: number;
+  both_short: number;
+  sampled: number;
+  /** Groups where the release's `assert len(choices) == down_sample_to_n` would fail; kept as selected. */
+  size_mismatch: number;
+  /** Over the records that reach RoC (after reject-equal), like the release's metrics. */
+  tool_responses: number;
+  tool_errors: number;
+  tool_error_ratio: number;
+  tool_error_penalty_mean: number;
+  answer_tags: { per_rollout_mean: number; zero: number; one: number; more: number };
+}
+
+export async function run(argv: string[]): Promise<void> {
+  const cmd = program(
+    'roc-filter',
+    'GRPO-RoC: down-sample each problem group to --keep rollouts (Resample-on-Correct)',
+  )
+    .argument('[file]', 'trajectories (NDJSON); stdin when absent or -')
+    .option('--keep <n>', 'rollouts kept per group (down_sample_to_n)', integer(1), 16)
+    .option('--min-pos <n>', 'minimum positive (reward > 0) rollouts kept', integer(0), 2)
+    .option('--min-neg <n>', 'minimum negative (reward <= 0) rollouts kept', integer(0), 2)
+    .option('--no-reject-equal', 'keep groups whose rewards are all equal')
+    .addOption(
+      new Option('--positives <how>', 'sorted: lowest penalty first; weighted: sample by penalty')
+        .choices(['sorted', 'weighted'])
+        .default('sorted'),
+    )
+    .option('--seed <n>', 'seed of --positives weighted', integer(0), 0)
+    .addOption(
+      new Option('--penalty <which>', 'penalties summed into total (rstar = tool-error + format)')
+        .choices([...PENALTY_MODES])
+        .default('rstar'),
+    )
+    .option('--group-size <n>', 'rollouts per problem: emit each group once complete', integer(1))
+    .option('--stats <file>', 'write the JSON summary to FILE instead of stderr');
+  if (!parse(cmd, argv)) return;
+  const opts = cmd.opts<{
+    keep: number;
+    minPos: number;
+    minNeg: number;
+    rejectEqual: boolean;
+    positives: PositiveSelection;
+    seed: number;
+    penalty: PenaltyMode;
+    groupSize?: number;
+    stats?: string;
+  }>();
+  // The release asserts this before sampling (resample_of_correct); rstar runs the same arithmetic anyway,
+  // which is the only way its keep-the-whole-group branch (both classes short) can be reached.
+  if (opts.minPos + opts.minNeg > opts.keep) {
+    process.stderr.write(
+      `rstar roc-filter: warning: --min-pos ${opts.minPos} + --min-neg ${opts.minNeg} exceed --keep ${opts.keep} (the release rejects this configuration)\n`,
+    );
+  }
+
+  const input = readTrajectoryGroups<Scored>(cmd.args[0], { size: opts.groupSize }, (record, raw) => {
+    const scored = scoreText(record.text, opts.penalty);
+    return {
+      raw,
+      record: record.penalty === undefined ? undefined : record,
+      reward: record.reward,
+      ...scored,
+    };
+  });
+  const out = openOutput();
+  const stats = emptyStats();
+  let penaltySum = 0;
+  let scoredRecords = 0;
+
+  for await (const group of input.groups) {
+    const items = group.members.map((m) => m.item);
+    const rewards = items.map((s) => s.reward);
+    stats.groups_in += 1;
+    if (rewardsAllEqual(rewards)) {
+      stats.equal_reward += 1;
+      if (rewardsAllZero(rewards)) stats.equal_reward_all_zero += 1;
+      else stats.equal_reward_non_zero += 1;
+    }
+    const decision = rocSelect(
+      items.map((s, i) => ({ sample: group.members[i].sample, reward: s.reward, penalty: s.penalty.total })),
+      {
+        keep: opts.keep,
+        minPos: opts.minPos,
+        minNeg: opts.minNeg,
+        rejectEqual: opts.rejectEqual,
+        positives: opts.positives,
+        random: opts.positives === 'weighted' ? groupRandom(opts.seed, group.key) : undefined,
+      },
+    );
+    if (decision.outcome === 'rejected-equal') {
+      stats.rejected_equal += 1;
+      continue;
+    }
+    // calc_*_penalty_weights run over every record that survived reject_equal_reward.
+    for (const s of items) {
+      scoredRecords += 1;
+      penaltySum += s.penalty.tool_error;
+      stats.tool_errors += s.toolErrors;
+      stats.tool_responses += s.toolResponses;
+      stats.answer_tags.per_rollout_mean += s.answerTags;
+      if (s.answerTags === 0) stats.answer_tags.zero += 1;
+      else if (s.answerTags === 1) stats.answer_tags.one += 1;
+      else stats.answer_tags.more += 1;
+    }
+    if (decision.outcome === 'too-small') stats.too_small += 1;
+    else if (decision.outcome === 'kept-whole') stats.kept_whole += 1;
+    else if (decision.outcome === 'both-short') stats.both_short += 1;
+    else stats.sampled += 1;
+    if (decision.sizeMismatch) {
+      stats.size_mismatch += 1;
+      process.stderr.write(
+        `rstar roc-filter: warning: group '${group.key}' keeps ${decision.kept.length}, not --keep ${opts.keep} (the release would assert here)\n`,
+      );
+    }
+    if (decision.kept.length === 0) continue;
+    stats.groups_out += 1;
+    for (const i of decision.kept) {
+      const s = items[i];
+      stats.records_out += 1;
+      if (isPositive(s.reward)) stats.positives_out += 1;
+      else stats.negatives_out += 1;
+      const line = s.record
+        ? JSON.stringify({ ...s.record, penalty: s.penalty })
+        : appendField(s.raw, 'penalty', s.penalty);
+      await out.writeRaw(line);
+      if (out.closed) return;
+    }
+  }
+  await out.end();
+
+  stats.records_in = input.records();
+  stats.tool_error_ratio = stats.tool_responses > 0 ? stats.tool_errors / stats.tool_responses : 0;
+  stats.tool_error_penalty_mean = scoredRecords > 0 ? penaltySum / scoredRecords : 0;
+  stats.answer_tags.per_rollout_mean =
+    scoredRecords > 0 ? stats.answer_tags.per_rollout_mean / scoredRecords : 0;
+  const summary = `${JSON.stringify(stats)}\n`;
+  if (opts.stats) writeFileSync(opts.stats, summary);
+  else process.stderr.write(summary);
+}
+
+function emptyStats(): RocStats {
+  return {
+    groups_in: 0,
+    groups_out: 0,
+    records_in: 0,
+    records_out: 0,
+    positives_out: 0,
+    negatives_out: 0,
+    equal_reward: 0,
+    equal_reward_all_zero: 0,
+    equal_reward_non_zero: 0,
+    rejected_equal: 0,
+    too_small: 0,
+    kept_whole: 0,
+    both_short: 0,
+    sampled: 0,
+    size_mismatch: 0,
+    tool_responses: 0,
+    tool_errors: 0,
+    tool_error_ratio: 0,
+    tool_error_penalty_mean: 0,
+    answer_tags: { per_rollout_mean: 0, zero: 0, one: 0, more: 0 },
+  };
+}
