@@ -261,6 +261,95 @@ describe('rstar eval --from-trajectories', () => {
   });
 });
 
+describe('rstar eval --reverify (src/reward)', () => {
+  test('re-scores math answers and groups equivalent answers for maj@n', async () => {
+    const problems = write(
+      'half.jsonl',
+      ndjson([Problem.parse({ id: 'half', prompt: 'What is 1/2?', answer: '\\frac{1}{2}' })]),
+    );
+    // Stored rewards are all wrong on purpose; answers are equivalent spellings of 1/2 and one 3.
+    const texts = ['\\frac{1}{2}', '0.5', '3', '1/2'];
+    const records = texts.map((a, i) => ({
+      ...trajectory('half', i, { reward: a === '3' ? 1 : 0, answer: 'stale' }),
+      text: `Done. <answer>\\boxed{${a}}</answer>`,
+    }));
+    const file = write('trajectories-half.jsonl', ndjson(records));
+    const trusted = lines((await rstar(['eval', '--from-trajectories', file])).stdout);
+    assert.equal(trusted[0].correct, 1);
+
+    const out = join(dir, 'reverified');
+    const r = await rstar([
+      'eval',
+      '--problems',
+      problems,
+      '--from-trajectories',
+      file,
+      '--reverify',
+      '--out',
+      out,
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    const [rec, summary] = lines(r.stdout);
+    assert.equal(rec.correct, 3);
+    assert.equal(rec['maj@n'], 1);
+    assert.equal(rec.maj_votes, 3, 'the three spellings of 1/2 vote together');
+    assert.equal(summary.rewards, 'reverify');
+    assert.equal(summary.equivalence, 'isEquivalent');
+    const saved = lines(readFileSync(join(out, 'trajectories-half.jsonl'), 'utf8'));
+    assert.deepEqual(
+      saved.map((t) => [t.answer, t.reward]),
+      texts.map((a) => [a, a === '3' ? 0 : 1]),
+    );
+  });
+
+  test('GPQA: letters are scored against the shuffled answer', async () => {
+    const { gpqaProblems } = await import('../src/eval/gpqa.js');
+    const csv = 'fixtures/gpqa-format-sample.csv';
+    const problems = gpqaProblems(readFileSync(csv, 'utf8'), csv, { seed: 5 });
+    const wrong = (letter: string) => ['A', 'B', 'C', 'D'].find((l) => l !== letter) as string;
+    const records = problems.flatMap((p, i) =>
+      [0, 1].map((s) => {
+        const letter = s === 0 || i % 2 === 0 ? p.answer : wrong(p.answer);
+        return {
+          ...trajectory(p.id, s, { reward: 0, answer: null }),
+          text: `<answer>\\boxed{${letter}}</answer>`,
+        };
+      }),
+    );
+    const file = write('trajectories-gpqa.jsonl', ndjson(records));
+    const r = await rstar([
+      'eval',
+      '--problems-format',
+      'gpqa',
+      '--shuffle-seed',
+      '5',
+      '--problems',
+      csv,
+      '--from-trajectories',
+      file,
+      '--reverify',
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    const out = lines(r.stdout);
+    const summary = out[out.length - 1];
+    assert.equal(summary.benchmark, 'gpqa-format-sample');
+    assert.equal(summary['avg@n'], 0.75); // even rows 2/2, odd rows 1/2
+    assert.equal((summary['pass@k'] as Record<string, number>)['2'], 1);
+    // With another shuffle seed the same letters mostly miss.
+    const other = await rstar([
+      'eval',
+      '--problems-format',
+      'gpqa',
+      '--problems',
+      csv,
+      '--from-trajectories',
+      file,
+      '--reverify',
+    ]);
+    assert.ok((lines(other.stdout).at(-1)?.['avg@n'] as number) < 0.75);
+  });
+});
+
 describe('rstar eval --problems-format gpqa', () => {
   test('reads the GPQA CSV (no engine: stops before rollout, after parsing)', async () => {
     const r = await rstar([

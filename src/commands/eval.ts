@@ -8,7 +8,7 @@ import { benchmarkName, checkDistinct, loadBenchmark } from '../eval/problems.js
 import { compareReports, readReport } from '../eval/report.js';
 import { rolloutTrajectories } from '../eval/rollout.js';
 import { type BenchmarkResult, evaluateBenchmark, type Sourced, slug, writeReport } from '../eval/run.js';
-import { loadVerifier } from '../eval/verifier.js';
+import { type Compat, loadVerifier } from '../eval/verifier.js';
 import { NdjsonWriter, openInput, readRecords } from '../ndjson/index.js';
 import { collect, integer, interactive, number, parse, program } from '../program.js';
 import { Trajectory } from '../records/trajectory.js';
@@ -31,7 +31,7 @@ interface Options {
   limit?: number;
   fromTrajectories?: string[];
   reverify?: boolean;
-  compat?: boolean;
+  compat: Compat;
   compare?: string[];
 }
 
@@ -41,6 +41,11 @@ const log = (message: string) => {
 
 function format(value: string): ProblemsFormat {
   if (value !== 'problems' && value !== 'gpqa') throw new InvalidArgumentError('expected problems or gpqa');
+  return value;
+}
+
+function compatMode(value: string): Compat {
+  if (value !== 'strict' && value !== 'rstar') throw new InvalidArgumentError('expected strict or rstar');
   return value;
 }
 
@@ -85,7 +90,12 @@ export async function run(argv: string[]): Promise<void> {
       collect,
     )
     .option('--reverify', 're-score trajectories with src/reward instead of trusting their reward')
-    .option('--compat', 'rStar2-Agent-compatible answer checking (passed to the verifier)')
+    .option(
+      '--compat <mode>',
+      'answer checking: strict, or rstar (rStar2-Agent-compatible lenient)',
+      compatMode,
+      'strict',
+    )
     .option('--compare <reports...>', 'print B - A of two report.json files as a markdown table');
   if (!parse(cmd, argv)) return;
   const opts = cmd.opts<Options>();
@@ -116,7 +126,7 @@ export async function run(argv: string[]): Promise<void> {
       '--reverify needs the reference answers: give --problems FILE for each trajectories file',
     );
   }
-  const verifier = await loadVerifier({ needScore: Boolean(opts.reverify), compat: Boolean(opts.compat) });
+  const verifier = await loadVerifier({ needScore: Boolean(opts.reverify), compat: opts.compat });
 
   const benchmarks: (Benchmark | undefined)[] = [];
   for (const file of problemFiles) {

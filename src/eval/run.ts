@@ -81,7 +81,8 @@ export async function evaluateBenchmark(
   for (const id of order) {
     const group = groups.get(id);
     if (!group) throw new DataError(`${benchmark}: problem '${id}' has no trajectories`);
-    records.push(await problemRecord(benchmark, id, group, (a, b) => options.verifier.same(a, b)));
+    const kind = byId?.get(id)?.kind;
+    records.push(await problemRecord(benchmark, id, group, (a, b) => options.verifier.same(a, b, kind)));
   }
   if (records.length === 0) throw new DataError(`${benchmark}: no trajectories`);
   const summary = summarize(benchmark, records, samples, {

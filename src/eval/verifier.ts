@@ -4,8 +4,8 @@ import type { Problem } from '../records/problem.js';
 /** What eval needs of `src/reward`: scoring a response and grouping equivalent answers. */
 export interface Verifier {
   score(text: string, problem: Problem): Promise<{ answer: string | null; reward: number }>;
-  /** Math equivalence when the reward module has it, else exact match after trimming. */
-  same(a: string, b: string): Promise<boolean>;
+  /** Math (or choice-letter) equivalence when the reward module has it, else exact match after trimming. */
+  same(a: string, b: string, kind?: Problem['kind']): Promise<boolean>;
   /** True when `same` is the reward module's `isEquivalent`. */
   equivalence: boolean;
 }
@@ -13,9 +13,16 @@ export interface Verifier {
 type ScoreFn = (
   text: string,
   reference: { answer: string; kind?: string; choices?: string[] },
-  options?: { compat?: boolean },
+  options?: { compat?: Compat },
 ) => { answer: string | null; reward: number } | Promise<{ answer: string | null; reward: number }>;
-type SameFn = (a: string, b: string) => boolean | Promise<boolean>;
+type SameFn = (
+  a: string,
+  b: string,
+  options?: { kind?: string; compat?: Compat },
+) => boolean | Promise<boolean>;
+
+/** `strict` (default) or `rstar`: the reward module's rStar2-Agent-compatible lenient grading. */
+export type Compat = 'strict' | 'rstar';
 
 /**
  * Loads `src/reward` lazily: it is another module's work, and `--from-trajectories` without
@@ -38,7 +45,13 @@ async function rewardModule(): Promise<Record<string, unknown> | undefined> {
 
 const exact: SameFn = (a, b) => a.trim() === b.trim();
 
-export async function loadVerifier({ needScore = false, compat = false } = {}): Promise<Verifier> {
+export async function loadVerifier({
+  needScore = false,
+  compat = 'strict',
+}: {
+  needScore?: boolean;
+  compat?: Compat;
+} = {}): Promise<Verifier> {
   const mod = await rewardModule();
   const score = mod?.scoreResponse as ScoreFn | undefined;
   const equivalent = mod?.isEquivalent as SameFn | undefined;
@@ -48,10 +61,10 @@ export async function loadVerifier({ needScore = false, compat = false } = {}): 
   const same = typeof equivalent === 'function' ? equivalent : exact;
   return {
     equivalence: typeof equivalent === 'function',
-    async same(a, b) {
+    async same(a, b, kind) {
       if (a.trim() === b.trim()) return true;
       try {
-        return Boolean(await same(a, b));
+        return Boolean(await same(a, b, { kind, compat }));
       } catch {
         // An answer the checker cannot parse is simply not equivalent to another one.
         return false;
