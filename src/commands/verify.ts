@@ -1,0 +1,49 @@
+import { DataError, UsageError } from '../errors.js';
+import { NdjsonWriter, openInput, readAll, readRecords } from '../ndjson/index.js';
+import { number, parse, program } from '../program.js';
+import { Problem } from '../records/problem.js';
+import { type Compat, extractLoose, isEquivalent, scoreResponse } from '../reward/index.js';
+import { ScoredTrajectory, VerifyCase } from '../reward/record.js';
+
+export async function run(argv: string[]): Promise<void> {
+  const cmd = program('verify', 'extract final answers and check them against references')
+    .argument('[file]', 'NDJSON input (default: stdin)')
+    .option('--compat <mode>', 'strict (not gameable) or rstar (the rStar2-Agent release verdicts)', 'strict')
+    .option('--problems <file>', 'score trajectories: fill `answer` and `reward` against these problems')
+    .option('--timeout-ms <ms>', 'time bound of one comparison', number(1, 60_000), 200);
+  if (!parse(cmd, argv)) return;
+  const opts = cmd.opts<{ compat: string; problems?: string; timeoutMs: number }>();
+  if (opts.compat !== 'strict' && opts.compat !== 'rstar') {
+    throw new UsageError(`--compat: expected strict or rstar, got '${opts.compat}'`);
+  }
+  const compat = opts.compat as Compat;
+  const timeoutMs = opts.timeoutMs;
+  const { stream, source } = openInput(cmd.args[0]);
+  const out = new NdjsonWriter(process.stdout);
+
+  if (opts.problems !== undefined) {
+    const problems = new Map<string, Problem>();
+    for (const { record } of await readAll(opts.problems, Problem)) problems.set(record.id, record);
+    for await (const { record, line } of readRecords(stream, source, ScoredTrajectory)) {
+      const problem = problems.get(record.problem_id);
+      if (!problem) {
+        throw new DataError(
+          `${source}:${line}: problem_id: no problem '${record.problem_id}' in ${opts.problems}`,
+        );
+      }
+      const { answer, reward } = scoreResponse(record.text, problem, { compat });
+      await out.write({ ...record, answer, reward });
+    }
+  } else {
+    for await (const { record } of readRecords(stream, source, VerifyCase)) {
+      const equal = isEquivalent(record.pred, record.ref, { kind: record.kind, compat, timeoutMs });
+      await out.write({
+        ...record,
+        equal,
+        pred_answer: extractLoose(record.pred),
+        ref_answer: extractLoose(record.ref),
+      });
+    }
+  }
+  await out.end();
+}

@@ -1,0 +1,353 @@
+import type { Answer, Rel } from './answer.js';
+import type { Budget } from './budget.js';
+import { evaluate, expandPm, hasPm, type Node, symbols } from './expr.js';
+
+/**
+ * Strict equivalence of two parsed answers. Values are compared exactly (a decimal with at least
+ * two places may stand for an exact value it rounds to); expressions with variables by evaluating
+ * both at seeded random points; intervals, inequalities and unions by membership at the endpoints,
+ * just beside them and at random points. Nothing here trades correctness for recall: two answers
+ * with different values, different brackets or different variables are different.
+ */
+
+/** mulberry32: a tiny seeded PRNG so verdicts are reproducible. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const SAMPLES = 14;
+
+function close(a: number, b: number, rel = 1e-9): boolean {
+  if (a === b) return true;
+  if (!Number.isFinite(a) || !Number.isFinite(b)) return false;
+  const d = Math.abs(a - b);
+  return d <= rel * Math.max(Math.abs(a), Math.abs(b)) || d <= 1e-12;
+}
+
+/** Fractional digits of a plain decimal literal (`-0.33` → 2), or -1 when the node is not one. */
+function decimals(node: Node): number {
+  const n = node.t === 'neg' ? node.a : node;
+  if (n.t !== 'num') return -1;
+  const m = /\.(\d+)$/.exec(n.text);
+  return m ? m[1].length : -1;
+}
+
+function isLiteral(node: Node): boolean {
+  const n = node.t === 'neg' ? node.a : node;
+  return n.t === 'num';
+}
+
+const MIN_PLACES = 4;
+
+function constantEqual(a: Node, b: Node, va: number, vb: number): boolean {
+  if (Number.isNaN(va) || Number.isNaN(vb)) return false;
+  if (va === vb) return true;
+  const la = isLiteral(a);
+  const lb = isLiteral(b);
+  if (la && lb) {
+    return close(va, vb, 1e-12);
+  }
+  // A correctly rounded decimal against an exact value (2.6667 for 8/3, 0.0833333 for 1/12) with at
+  // least four places: `3.14` is not `\pi`, `0.33` is not `1/3`.
+  const da = decimals(a);
+  const db = decimals(b);
+  const d = la && da >= MIN_PLACES ? da : lb && db >= MIN_PLACES ? db : -1;
+  if (d >= MIN_PLACES) return Math.abs(va - vb) <= 0.5 * 10 ** -d * (1 + 1e-9) + 1e-12 * Math.abs(vb);
+  return close(va, vb, 1e-9);
+}
+
+function points(vars: string[], seed: number, n: number): Map<string, number>[] {
+  const r = rng(seed);
+  const out: Map<string, number>[] = [];
+  for (let i = 0; i < n; i++) {
+    const env = new Map<string, number>();
+    for (const v of vars) {
+      const mag = 0.3 + 2.7 * r();
+      env.set(v, i % 3 === 2 ? -mag : mag);
+    }
+    out.push(env);
+  }
+  return out;
+}
+
+export function exprEqual(a: Node, b: Node, budget: Budget): boolean {
+  const vars = [...symbols(b, symbols(a))].sort();
+  if (vars.length === 0) {
+    return constantEqual(a, b, evaluate(a, new Map(), budget), evaluate(b, new Map(), budget));
+  }
+  let agree = 0;
+  for (const env of points(vars, 7, SAMPLES)) {
+    budget.check();
+    const x = evaluate(a, env, budget);
+    const y = evaluate(b, env, budget);
+    if (!Number.isFinite(x) || !Number.isFinite(y)) continue;
+    if (!close(x, y, 1e-8)) return false;
+    agree += 1;
+  }
+  return agree >= 3;
+}
+
+/** `d1 = c · d2` for a non-zero constant c: `2x + 4y - 3 = 0` is the line `y = -x/2 + 3/4`. */
+function proportional(d1: Node, d2: Node, budget: Budget): boolean {
+  const vars = [...symbols(d2, symbols(d1))].sort();
+  if (vars.length === 0) return false;
+  let ratio: number | null = null;
+  let agree = 0;
+  for (const env of points(vars, 11, SAMPLES)) {
+    budget.check();
+    const x = evaluate(d1, env, budget);
+    const y = evaluate(d2, env, budget);
+    if (!Number.isFinite(x) || !Number.isFinite(y)) continue;
+    if (Math.abs(y) < 1e-12 || Math.abs(x) < 1e-12) {
+      if (Math.abs(y) < 1e-12 && Math.abs(x) < 1e-12) continue;
+      return false;
+    }
+    const r = x / y;
+    if (ratio === null) ratio = r;
+    else if (!close(r, ratio, 1e-8)) return false;
+    agree += 1;
+  }
+  return agree >= 3;
+}
+
+const sub = (a: Node, b: Node): Node => ({ t: 'bin', op: '-', a, b });
+
+/** `1 ± √5` becomes the set {1 + √5, 1 - √5}. */
+function expand(x: Answer): Answer {
+  if (x.k === 'expr' && hasPm(x.node)) {
+    return { k: 'set', items: expandPm(x.node).map((node) => ({ k: 'expr', node, text: x.text })) };
+  }
+  return x;
+}
+
+const squash = (s: string): string => s.toLowerCase().replace(/\s+|\\(?=[a-z])/g, '');
+
+const isEquation = (x: Answer): x is Extract<Answer, { k: 'rel' }> =>
+  x.k === 'rel' && x.ops.every((o) => o === '=');
+
+export function answersEqual(pred: Answer, ref: Answer, budget: Budget): boolean {
+  budget.check();
+  const a = expand(pred);
+  const b = expand(ref);
+  if (a.k === 'text' || b.k === 'text') {
+    const ta = a.k === 'text' || a.k === 'expr' ? a.text : null;
+    const tb = b.k === 'text' || b.k === 'expr' ? b.text : null;
+    return ta !== null && tb !== null && squash(ta) === squash(tb);
+  }
+  if (isEquation(a) && isEquation(b)) return equationsEqual(a, b, budget);
+  // `x = 3` against `3`: the value of the equation's last side.
+  if (isEquation(a)) return answersEqual(a.terms[a.terms.length - 1], b, budget);
+  if (isEquation(b)) return answersEqual(a, b.terms[b.terms.length - 1], budget);
+  if (a.k === 'expr' && b.k === 'expr') return exprEqual(a.node, b.node, budget);
+  if (a.k === 'set' || b.k === 'set') return setsEqual(a, b, budget);
+  if (a.k === 'tuple' && b.k === 'tuple') {
+    return (
+      a.open === b.open &&
+      a.close === b.close &&
+      a.items.length === b.items.length &&
+      a.items.every((x, i) => answersEqual(x, b.items[i], budget))
+    );
+  }
+  if (a.k === 'matrix' || b.k === 'matrix') return matricesEqual(a, b, budget);
+  if (isRegion(a) && isRegion(b)) return regionsEqual(a, b, budget);
+  return false;
+}
+
+function setsEqual(a: Answer, b: Answer, budget: Budget): boolean {
+  const xs = a.k === 'set' ? a.items : [a];
+  const ys = b.k === 'set' ? b.items : [b];
+  if (xs.length === 1 && ys.length === 1) return answersEqual(xs[0], ys[0], budget);
+  // Order-free with duplicates ignored: every element has an equal on the other side.
+  return (
+    xs.every((x) => ys.some((y) => answersEqual(x, y, budget))) &&
+    ys.every((y) => xs.some((x) => answersEqual(x, y, budget)))
+  );
+}
+
+function cells(x: Answer): Answer[][] | null {
+  if (x.k === 'matrix') return x.rows;
+  if (x.k === 'tuple' && x.open === '(' && x.close === ')') return x.items.map((i) => [i]);
+  return null;
+}
+
+function matricesEqual(a: Answer, b: Answer, budget: Budget): boolean {
+  const x = cells(a);
+  const y = cells(b);
+  if (!x || !y) return false;
+  // A column vector may be written as a tuple, and a 1×n row matrix as one too.
+  const flat = (m: Answer[][]) => (m.length === 1 ? m[0].map((c) => [c]) : m);
+  const p = flat(x);
+  const q = flat(y);
+  if (p.length !== q.length) return false;
+  return p.every(
+    (row, i) => row.length === q[i].length && row.every((c, j) => answersEqual(c, q[i][j], budget)),
+  );
+}
+
+function equationsEqual(
+  a: Extract<Answer, { k: 'rel' }>,
+  b: Extract<Answer, { k: 'rel' }>,
+  budget: Budget,
+): boolean {
+  const [l1, r1] = [a.terms[0], a.terms[a.terms.length - 1]];
+  const [l2, r2] = [b.terms[0], b.terms[b.terms.length - 1]];
+  if (answersEqual(l1, l2, budget) && answersEqual(r1, r2, budget)) return true;
+  if (l1.k === 'expr' && r1.k === 'expr' && l2.k === 'expr' && r2.k === 'expr') {
+    return proportional(sub(l1.node, r1.node), sub(l2.node, r2.node), budget);
+  }
+  return false;
+}
+
+// ---- intervals, inequalities and unions, compared as subsets of the real line ----
+
+type Region = (env: Map<string, number>, t: number) => boolean | null;
+
+function isRegion(x: Answer): boolean {
+  if (x.k === 'tuple') return x.items.length === 2 && x.items.every((i) => i.k === 'expr');
+  if (x.k === 'union') return x.parts.every(isRegion);
+  if (x.k === 'rel')
+    return x.ops.every((o) => o !== '=') && x.terms.every((t) => t.k === 'expr' || isRegion(t));
+  return false;
+}
+
+function holds(op: Rel, x: number, y: number): boolean {
+  switch (op) {
+    case '<':
+      return x < y;
+    case '>':
+      return x > y;
+    case '≤':
+      return x <= y;
+    case '≥':
+      return x >= y;
+    case '≠':
+      return x !== y;
+    default:
+      return x === y;
+  }
+}
+
+interface Shape {
+  test: Region;
+  /** The one variable the region is about, when it names one (`x` in `x ≤ 5`). */
+  variable: string | null;
+  /** Constants worth probing: endpoints and bounds. */
+  marks: number[];
+}
+
+function constant(x: Answer, budget: Budget): number | null {
+  if (x.k !== 'expr' || symbols(x.node).size > 0) return null;
+  const v = evaluate(x.node, new Map(), budget);
+  return Number.isNaN(v) ? null : v;
+}
+
+function shape(x: Answer, budget: Budget): Shape | null {
+  if (x.k === 'tuple') {
+    const lo = constant(x.items[0], budget);
+    const hi = constant(x.items[1], budget);
+    if (lo === null || hi === null) return null;
+    const lc = x.open === '[';
+    const hc = x.close === ']';
+    return {
+      test: (_env, t) => (lc ? t >= lo : t > lo) && (hc ? t <= hi : t < hi),
+      variable: null,
+      marks: [lo, hi],
+    };
+  }
+  if (x.k === 'union') {
+    const parts = x.parts.map((p) => shape(p, budget));
+    if (parts.some((p) => p === null)) return null;
+    const ps = parts as Shape[];
+    return {
+      test: (env, t) => ps.some((p) => p.test(env, t) === true),
+      variable: null,
+      marks: ps.flatMap((p) => p.marks),
+    };
+  }
+  if (x.k !== 'rel') return null;
+  // A chain of comparisons; `∈` tests membership of the left term in the region on its right.
+  const vars = new Set<string>();
+  const marks: number[] = [];
+  const nonConstant: Node[] = [];
+  for (const term of x.terms) {
+    if (term.k === 'expr') {
+      symbols(term.node, vars);
+      const c = constant(term, budget);
+      if (c === null) nonConstant.push(term.node);
+      else marks.push(c);
+    }
+  }
+  let variable: string | null = null;
+  let substitute: Node | null = null;
+  if (vars.size === 1) variable = [...vars][0];
+  else if (nonConstant.length === 1) substitute = nonConstant[0];
+  else return null;
+  const subShapes = x.terms.map((t) => (t.k === 'expr' ? null : shape(t, budget)));
+  if (subShapes.some((s, i) => s === null && x.terms[i].k !== 'expr')) return null;
+  for (const s of subShapes) if (s) marks.push(...s.marks);
+  const test: Region = (env, t) => {
+    const local = new Map(env);
+    if (variable) local.set(variable, t);
+    const value = (i: number): number => {
+      const term = x.terms[i];
+      if (term.k !== 'expr') return Number.NaN;
+      if (substitute && term.node === substitute) return t;
+      return evaluate(term.node, local, budget);
+    };
+    for (let i = 0; i < x.ops.length; i++) {
+      const op = x.ops[i];
+      if (op === '∈') {
+        const region = subShapes[i + 1];
+        if (!region) return null;
+        const v = value(i);
+        if (Number.isNaN(v)) return null;
+        if (!region.test(local, v)) return false;
+        continue;
+      }
+      const l = value(i);
+      const r = value(i + 1);
+      if (Number.isNaN(l) || Number.isNaN(r)) return null;
+      if (!holds(op, l, r)) return false;
+    }
+    return true;
+  };
+  return { test, variable, marks };
+}
+
+function regionsEqual(a: Answer, b: Answer, budget: Budget): boolean {
+  const p = shape(a, budget);
+  const q = shape(b, budget);
+  if (!p || !q) return false;
+  // Two inequalities about different variables (`y < 3`, `x < 3`) are different answers.
+  if (p.variable && q.variable && p.variable !== q.variable) return false;
+  const marks = [...p.marks, ...q.marks].filter(Number.isFinite);
+  const probes = new Set<number>([0, 1e6, -1e6]);
+  for (const m of marks) {
+    const d = 1e-7 * Math.max(1, Math.abs(m));
+    probes.add(m);
+    probes.add(m - d);
+    probes.add(m + d);
+  }
+  const lo = marks.length > 0 ? Math.min(...marks) - 5 : -10;
+  const hi = marks.length > 0 ? Math.max(...marks) + 5 : 10;
+  const r = rng(3);
+  for (let i = 0; i < 40; i++) probes.add(lo + (hi - lo) * r());
+  const env = new Map<string, number>();
+  let decided = 0;
+  for (const t of probes) {
+    budget.check();
+    const x = p.test(env, t);
+    const y = q.test(env, t);
+    if (x === null || y === null) continue;
+    if (x !== y) return false;
+    decided += 1;
+  }
+  return decided >= 3;
+}

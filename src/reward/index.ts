@@ -1,0 +1,131 @@
+import { type Answer, parseAnswer } from './answer.js';
+import { Budget, Timeout } from './budget.js';
+import { choiceLetter } from './choice.js';
+import { answersEqual } from './compare.js';
+import { rstarLenient } from './compat.js';
+import { extractAnswer, extractLoose } from './extract.js';
+import { normalizeAnswer } from './normalize.js';
+
+export { choiceLetter } from './choice.js';
+export { extractAnswer, extractLoose } from './extract.js';
+
+export type AnswerKind = 'math' | 'choice';
+export type Compat = 'strict' | 'rstar';
+
+export interface EquivalenceOptions {
+  kind?: AnswerKind;
+  compat?: Compat;
+  /** Upper bound for one comparison; on expiry the answers count as different. Default 200 ms. */
+  timeoutMs?: number;
+}
+
+const DEFAULT_TIMEOUT_MS = 200;
+const MAX_LENGTH = 4000;
+const INTEGER = /^\s*\$?\s*(-?)0*(\d+)\s*\$?\s*$/;
+
+/** The answer a free-form string states (see extractLoose), or the string itself. */
+function answerOf(s: string): string {
+  return extractLoose(s) ?? s;
+}
+
+function strictEqual(pred: string, ref: string, budget: Budget): boolean {
+  // Integer fast path (AIME): `025` is 25, nothing else is parsed.
+  const pi = INTEGER.exec(pred);
+  const ri = INTEGER.exec(ref);
+  if (pi && ri) return pi[2] === ri[2] && (pi[1] === ri[1] || pi[2] === '0');
+  const np = normalizeAnswer(pred);
+  const nr = normalizeAnswer(ref);
+  if (np === '' || nr === '') return false;
+  if (np === nr) return true;
+  let a: Answer;
+  let b: Answer;
+  try {
+    a = parseAnswer(pred, budget);
+    b = parseAnswer(ref, budget);
+  } catch (error) {
+    if (error instanceof Timeout) throw error;
+    return false;
+  }
+  return answersEqual(a, b, budget);
+}
+
+/**
+ * True when `pred` states the same answer as `ref`. Both may be bare answers or text with a
+ * `\boxed{}`/`<answer>` block. Never throws and never runs past `timeoutMs`.
+ */
+export function isEquivalent(pred: string, ref: string, options: EquivalenceOptions = {}): boolean {
+  const budget = new Budget(options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+  try {
+    if (pred.length > 100_000 || ref.length > 100_000) return false;
+    const p = answerOf(pred);
+    const r = answerOf(ref);
+    if (options.kind === 'choice') {
+      const lp = choiceLetter(p);
+      return lp !== null && lp === choiceLetter(r);
+    }
+    if (p.length > MAX_LENGTH || r.length > MAX_LENGTH) return p.trim() === r.trim();
+    if (strictEqual(p, r, budget)) return true;
+    if (options.compat === 'rstar') {
+      budget.checkNow();
+      return rstarLenient(pred, ref, budget);
+    }
+    return false;
+  } catch (error) {
+    // A timeout, or a bug on some odd input: the comparison fails closed, rollout goes on.
+    if (error instanceof Timeout || error instanceof Error) return false;
+    return false;
+  }
+}
+
+export interface ScoredProblem {
+  answer: string;
+  kind?: AnswerKind;
+  choices?: string[];
+}
+
+/** The letter of the choice whose text the answer states, for `choice` problems answered in words. */
+function letterFromChoices(answer: string, choices: string[] | undefined, compat: Compat): string | null {
+  const letter = choiceLetter(answer);
+  if (letter !== null || !choices) return letter;
+  const i = choices.findIndex((c) => isEquivalent(answer, c, { compat }));
+  return i === -1 ? null : String.fromCharCode(65 + i);
+}
+
+/** Extracts the final answer of a response and scores it 1 (correct) or 0 against the problem. */
+export function scoreResponse(
+  text: string,
+  problem: ScoredProblem,
+  options: { compat?: Compat } = {},
+): { answer: string | null; reward: 0 | 1 } {
+  const compat = options.compat ?? 'strict';
+  let answer: string | null;
+  try {
+    answer = extractAnswer(text);
+  } catch {
+    answer = null;
+  }
+  if (problem.kind === 'choice') {
+    if (answer === null) return { answer: null, reward: 0 };
+    const got = letterFromChoices(answer, problem.choices, compat);
+    const want = letterFromChoices(problem.answer, problem.choices, compat);
+    return { answer, reward: got !== null && got === want ? 1 : 0 };
+  }
+  if (compat === 'rstar') {
+    // The release grades the whole response (its own extraction), not just our extracted answer.
+    const ok =
+      (answer !== null && isEquivalent(answer, problem.answer, { compat })) ||
+      isEquivalentRaw(text, problem.answer);
+    return { answer, reward: ok ? 1 : 0 };
+  }
+  if (answer === null) return { answer: null, reward: 0 };
+  return { answer, reward: isEquivalent(answer, problem.answer, { compat }) ? 1 : 0 };
+}
+
+function isEquivalentRaw(text: string, ref: string): boolean {
+  const budget = new Budget(DEFAULT_TIMEOUT_MS);
+  try {
+    return rstarLenient(text, ref, budget);
+  } catch {
+    return false;
+  }
+}
