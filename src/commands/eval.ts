@@ -6,9 +6,9 @@ import { UsageError } from '../errors.js';
 import type { Benchmark, ProblemsFormat } from '../eval/problems.js';
 import { benchmarkName, checkDistinct, loadBenchmark } from '../eval/problems.js';
 import { compareReports, readReport } from '../eval/report.js';
-import { rolloutTrajectories } from '../eval/rollout.js';
+import { openRoller, type Roller } from '../eval/rollout.js';
 import { type BenchmarkResult, evaluateBenchmark, type Sourced, slug, writeReport } from '../eval/run.js';
-import { type Compat, loadVerifier } from '../eval/verifier.js';
+import { type Compat, loadVerifier, type Verifier } from '../eval/verifier.js';
 import { NdjsonWriter, openInput, readRecords } from '../ndjson/index.js';
 import { collect, integer, interactive, number, parse, program } from '../program.js';
 import { Trajectory } from '../records/trajectory.js';
@@ -19,6 +19,8 @@ interface Options {
   shuffleSeed: number;
   n: number;
   engine?: string[];
+  engineKind: 'sglang' | 'vllm';
+  chatTemplate?: string;
   sandbox?: string;
   tokenizer?: string;
   maxTokens?: number;
@@ -41,6 +43,11 @@ const log = (message: string) => {
 
 function format(value: string): ProblemsFormat {
   if (value !== 'problems' && value !== 'gpqa') throw new InvalidArgumentError('expected problems or gpqa');
+  return value;
+}
+
+function engineKind(value: string): 'sglang' | 'vllm' {
+  if (value !== 'sglang' && value !== 'vllm') throw new InvalidArgumentError('expected sglang or vllm');
   return value;
 }
 
@@ -74,8 +81,10 @@ export async function run(argv: string[]): Promise<void> {
     .option('--shuffle-seed <n>', 'seed of the GPQA option shuffle', integer(0), 0)
     .option('--n <n>', 'samples per problem', integer(1), 16)
     .option('--engine <url>', 'inference engine (repeatable)', collect)
-    .option('--sandbox <url>', 'sandbox-serve URL for tool calls')
-    .option('--tokenizer <dir>', 'tokenizer folder')
+    .option('--engine-kind <kind>', 'sglang (also engine-serve) or vllm', engineKind, 'sglang')
+    .option('--sandbox <url>', 'sandbox-serve URL for tool calls (default: start an embedded one)')
+    .option('--tokenizer <dir>', 'tokenizer folder (tokenizer.json, tokenizer_config.json) or qwen3')
+    .option('--chat-template <t>', 'rstar2 (default), model, or a Jinja file')
     .option('--max-tokens <n>', 'response token budget', integer(1))
     .option('--max-turns <n>', 'assistant turns', integer(1))
     .option('--temperature <t>', 'sampling temperature', number(0))
@@ -136,40 +145,64 @@ export async function run(argv: string[]): Promise<void> {
   }
   const rollingOut = trajectoryFiles.length === 0;
   if (rollingOut && (opts.engine ?? []).length === 0) throw new UsageError('rolling out needs --engine URL');
+  if (rollingOut && opts.tokenizer === undefined) throw new UsageError('rolling out needs --tokenizer DIR');
+  if (!rollingOut && opts.limit !== undefined)
+    throw new UsageError('--limit applies to rollouts, not --from-trajectories');
   const names = rollingOut
     ? benchmarks.map((b) => (b as Benchmark).name)
     : trajectoryFiles.map((f, i) => benchmarks[i]?.name ?? benchmarkName(f));
   checkDistinct(names);
   if (opts.out) await mkdir(opts.out, { recursive: true });
 
-  const stdout = new NdjsonWriter(process.stdout);
-  const results: BenchmarkResult[] = [];
-  for (let i = 0; i < names.length; i += 1) {
-    const name = names[i];
-    const bench = benchmarks[i];
-    let source: AsyncIterable<Sourced>;
-    if (rollingOut) {
-      const problems = (bench as Benchmark).problems;
-      log(`eval ${name}: ${problems.length} problems x ${opts.n} samples`);
-      source = rolloutTrajectories(name, problems, {
+  const roller: Roller | undefined = rollingOut
+    ? await openRoller({
         n: opts.n,
         engines: opts.engine ?? [],
+        engineKind: opts.engineKind,
         sandbox: opts.sandbox,
-        tokenizer: opts.tokenizer,
+        tokenizer: opts.tokenizer as string,
+        chatTemplate: opts.chatTemplate,
         maxTokens: opts.maxTokens,
         maxTurns: opts.maxTurns,
         temperature: opts.temperature,
         topP: opts.topP,
         seed: opts.seed,
         schedule: opts.schedule,
-      });
+        compat: opts.compat,
+      })
+    : undefined;
+  try {
+    await evaluateAll(opts, names, benchmarks, trajectoryFiles, verifier, roller);
+  } finally {
+    await roller?.close();
+  }
+}
+
+async function evaluateAll(
+  opts: Options,
+  names: string[],
+  benchmarks: (Benchmark | undefined)[],
+  trajectoryFiles: string[],
+  verifier: Verifier,
+  roller: Roller | undefined,
+): Promise<void> {
+  const stdout = new NdjsonWriter(process.stdout);
+  const results: BenchmarkResult[] = [];
+  for (let i = 0; i < names.length; i += 1) {
+    const name = names[i];
+    const bench = benchmarks[i];
+    let source: AsyncIterable<Sourced>;
+    if (roller) {
+      const problems = (bench as Benchmark).problems;
+      log(`eval ${name}: ${problems.length} problems x ${opts.n} samples`);
+      source = roller.trajectories(name, problems);
     } else {
       log(`eval ${name}: ${trajectoryFiles[i]}`);
       source = fromFile(trajectoryFiles[i]);
     }
     // Trajectories are saved when they are new: rolled out here, or re-scored by --reverify.
     const save =
-      opts.out && (rollingOut || opts.reverify)
+      opts.out && (roller || opts.reverify)
         ? saver(join(opts.out, `trajectories-${slug(name)}.jsonl`))
         : undefined;
     let result: BenchmarkResult;

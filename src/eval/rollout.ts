@@ -1,29 +1,40 @@
 import { DataError, UsageError } from '../errors.js';
 import type { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
+import { startSandbox } from '../sandbox/embedded.js';
 import type { Sourced } from './run.js';
+import type { Compat } from './verifier.js';
 
-/** The rollout flags eval passes through, named as `rstar rollout` names them. */
-export interface EvalRolloutOptions {
+/** The rollout flags eval takes, named as `rstar rollout` names them. */
+export interface EvalRolloutFlags {
   n: number;
   engines: string[];
+  engineKind: 'sglang' | 'vllm';
+  /** Without one, eval starts an embedded sandbox-serve for the run. */
   sandbox?: string;
-  tokenizer?: string;
+  tokenizer: string;
+  chatTemplate?: string;
   maxTokens?: number;
   maxTurns?: number;
   temperature?: number;
   topP?: number;
   seed?: number;
   schedule?: string;
+  compat: Compat;
 }
 
-type RolloutFn = (problems: Problem[], options: EvalRolloutOptions) => AsyncIterable<unknown>;
+/** The part of src/rollout's API eval uses, checked at run time (see loadRollout). */
+interface RolloutModule {
+  rollout(problems: Problem[], options: Record<string, unknown>): AsyncIterable<unknown>;
+  engineClient(url: string, kind: string): unknown;
+  loadProtocol(tokenizer: string, options?: { chatTemplate?: string }): Promise<unknown>;
+}
 
 /**
- * Loads `rollout` from src/rollout lazily (a variable specifier keeps tsc from resolving a module
- * that is built separately), so `--from-trajectories` and `--compare` work without it.
+ * Loads src/rollout lazily, so `--from-trajectories` and `--compare` neither pay for the
+ * tokenizer nor need rollout built; a variable specifier keeps tsc from resolving the module.
  */
-async function loadRollout(): Promise<RolloutFn> {
+async function loadRollout(): Promise<RolloutModule> {
   const specifier = '../rollout/index.js';
   let mod: Record<string, unknown>;
   try {
@@ -37,26 +48,56 @@ async function loadRollout(): Promise<RolloutFn> {
     }
     throw error;
   }
-  if (typeof mod.rollout !== 'function') throw new UsageError('src/rollout does not export rollout()');
-  return mod.rollout as RolloutFn;
+  for (const name of ['rollout', 'engineClient', 'loadProtocol']) {
+    if (typeof mod[name] !== 'function') throw new UsageError(`src/rollout does not export ${name}()`);
+  }
+  return mod as unknown as RolloutModule;
 }
 
-/** Runs rollout in-process and checks each trajectory against the record schema. */
-export async function* rolloutTrajectories(
-  benchmark: string,
-  problems: Problem[],
-  options: EvalRolloutOptions,
-): AsyncGenerator<Sourced> {
-  const rollout = await loadRollout();
-  let index = 0;
-  for await (const value of rollout(problems, options)) {
-    index += 1;
-    const where = `rollout:${benchmark}#${index}`;
-    const parsed = Trajectory.safeParse(value);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      throw new DataError(`${where}: ${issue.path.map(String).join('.') || '(record)'}: ${issue.message}`);
-    }
-    yield { trajectory: parsed.data, where };
-  }
+/** Rolls benchmarks out in-process over one shared set of engine clients, tokenizer and sandbox. */
+export interface Roller {
+  trajectories(benchmark: string, problems: Problem[]): AsyncGenerator<Sourced>;
+  close(): Promise<void>;
+}
+
+export async function openRoller(flags: EvalRolloutFlags): Promise<Roller> {
+  const mod = await loadRollout();
+  const protocol = await mod.loadProtocol(flags.tokenizer, { chatTemplate: flags.chatTemplate });
+  const engines = flags.engines.map((url) => mod.engineClient(url, flags.engineKind));
+  const embedded = flags.sandbox === undefined ? await startSandbox() : undefined;
+  const sandbox = flags.sandbox ?? (embedded?.url as string);
+  const options = {
+    engines,
+    sandbox,
+    protocol,
+    n: flags.n,
+    maxTokens: flags.maxTokens,
+    maxTurns: flags.maxTurns,
+    temperature: flags.temperature,
+    topP: flags.topP,
+    seed: flags.seed,
+    schedule: flags.schedule,
+    compat: flags.compat,
+  };
+  return {
+    async *trajectories(benchmark, problems) {
+      let index = 0;
+      for await (const value of mod.rollout(problems, options)) {
+        index += 1;
+        const where = `rollout:${benchmark}#${index}`;
+        // Checked against the record schema: a contract drift fails here, not in the metrics.
+        const parsed = Trajectory.safeParse(value);
+        if (!parsed.success) {
+          const issue = parsed.error.issues[0];
+          throw new DataError(
+            `${where}: ${issue.path.map(String).join('.') || '(record)'}: ${issue.message}`,
+          );
+        }
+        yield { trajectory: parsed.data, where };
+      }
+    },
+    async close() {
+      await embedded?.close();
+    },
+  };
 }
