@@ -16,8 +16,11 @@ const INSTALL =
   'install PyTorch: on Debian/Ubuntu `apt-get install -y python3-torch libopenblas0-pthread`, ' +
   'elsewhere `pip install torch` (CUDA/ROCm builds from pytorch.org); or point RSTAR_PYTHON at an interpreter that has it';
 
+// find_spec locates torch without importing it (an import costs seconds on a loaded machine).
+const PROBE = 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec("torch") else 1)';
+
 async function hasTorch(python: string): Promise<boolean> {
-  const result = await execa(python, ['-c', 'import torch'], { reject: false, timeout: 60_000 });
+  const result = await execa(python, ['-c', PROBE], { reject: false, timeout: 60_000 });
   return result.exitCode === 0;
 }
 
@@ -26,7 +29,7 @@ let found: Promise<string> | undefined;
 /**
  * The interpreter that runs the backend: `RSTAR_PYTHON` if set (it must import torch), else
  * /usr/bin/python3 when it has torch (Debian's python3-torch), else `python3` on PATH.
- * Resolved once per process; importing torch takes a second or two.
+ * Resolved once per process.
  */
 export function findPython(): Promise<string> {
   found ??= (async () => {

@@ -1,0 +1,57 @@
+import torch
+
+from common import TempDirCase, small_model
+from rstar_backend.engine import DecodeCache, KVPool, PrefillCache
+from rstar_backend.model import Rotary, rotate_half
+
+
+class Model(TempDirCase):
+    def test_kv_cache_decode_equals_full_forward(self):
+        m = small_model(1).eval()
+        seqs = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12, 13], [20, 21, 22, 23, 24, 25]]
+        pool = KVPool(m.config, 64, torch.device("cpu"), torch.float32)
+        with torch.no_grad():
+            full = [m(torch.tensor([s]))[0] for s in seqs]
+            prompts = [s[:3] for s in seqs]
+            slots = [pool.alloc(len(s)) for s in seqs]
+            for p, sl, f in zip(prompts, slots, full):
+                logits = m(torch.tensor([p]), cache=PrefillCache(pool, sl[:len(p)]))[0]
+                self.assertTrue(torch.allclose(logits, f[:len(p)], atol=1e-5))
+            # decode the remaining tokens of all sequences together (ragged lengths)
+            for step in range(3, max(len(s) for s in seqs)):
+                live = [i for i, s in enumerate(seqs) if step < len(s)]
+                lens = [step + 1 for _ in live]
+                L = max(lens)
+                gather = torch.stack([slots[i][:L] for i in live])
+                mask = torch.ones(len(live), 1, 1, L, dtype=torch.bool)
+                write = torch.stack([slots[i][step] for i in live])
+                ids = torch.tensor([[seqs[i][step]] for i in live])
+                pos = torch.tensor([[step] for _ in live])
+                out = m(ids, pos, DecodeCache(pool, write, gather, mask))[:, -1]
+                for j, i in enumerate(live):
+                    self.assertTrue(torch.allclose(out[j], full[i][step], atol=1e-5), (step, i))
+
+    def test_padding_right_does_not_change_logits(self):
+        m = small_model(2).eval()
+        with torch.no_grad():
+            a = m(torch.tensor([[1, 2, 3]]))[0]
+            b = m(torch.tensor([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]]))[0, :3]
+        self.assertTrue(torch.allclose(a, b, atol=1e-5))
+
+    def test_rotary_is_a_rotation_with_relative_positions(self):
+        rot = Rotary(8, 10000.0)
+        q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+
+        def at(x, p):
+            cos, sin = rot(torch.tensor([[p]]), torch.float32)
+            return x * cos + rotate_half(x) * sin
+        self.assertAlmostEqual(float(at(q, 5).norm()), float(q.norm()), places=5)
+        d1 = float((at(q, 7) * at(k, 3)).sum())
+        d2 = float((at(q, 14) * at(k, 10)).sum())
+        self.assertAlmostEqual(d1, d2, places=4)
+
+    def test_untied_head_and_gqa_shapes(self):
+        m = small_model(0, tie_word_embeddings=False, num_key_value_heads=1)
+        self.assertIsNot(m.lm_head.weight, m.model.embed_tokens.weight)
+        self.assertEqual(tuple(m.model.layers[0].self_attn.k_proj.weight.shape), (8, 32))
+        self.assertEqual(tuple(m(torch.tensor([[1, 2]])).shape), (1, 2, 64))

@@ -1,0 +1,192 @@
+import math
+
+import torch
+
+from common import TempDirCase, batch
+from rstar_backend.checkpoint import load_model
+from rstar_backend.model import token_logprobs
+from rstar_backend.train import DataError, read_batches
+
+A = {"prompt_ids": [1, 5, 9], "response_ids": [10, 11, 12, 13], "loss_mask": [1, 1, 0, 1]}
+B = {"prompt_ids": [2, 6], "response_ids": [20, 21, 22], "loss_mask": [1, 1, 1]}
+
+
+def logprobs_of(model_dir, rec):
+    """Per-response-token log-probs by a plain forward, independent of the trainer's packing."""
+    m = load_model(model_dir)
+    ids = torch.tensor([rec["prompt_ids"] + rec["response_ids"]])
+    with torch.no_grad():
+        logits = m(ids)[0]
+    p = len(rec["prompt_ids"])
+    return token_logprobs(logits[p - 1:-1], ids[0, p:]).tolist()
+
+
+def weights(folder):
+    return load_model(folder).state_dict()
+
+
+class Losses(TempDirCase):
+    def test_sft_loss_is_masked_token_mean_nll(self):
+        m0 = self.checkpoint()
+        rec = self.trainer(m0, self.path("o"), "--loss", "sft").step(batch([A, B]))
+        la, lb = logprobs_of(m0, A), logprobs_of(m0, B)
+        terms = [-x for x, k in zip(la, A["loss_mask"]) if k] + [-x for x in lb]
+        self.assertAlmostEqual(rec["loss"], sum(terms) / len(terms), places=5)
+        self.assertEqual(rec["loss_tokens"], 6)
+        self.assertEqual(rec["step"], 1)
+        self.assertEqual(rec["sequences"], 2)
+        self.assertEqual(rec["tokens"], 12)
+
+    def test_grpo_loss_and_clipping_match_hand_computation(self):
+        m0 = self.checkpoint()
+        la, lb = logprobs_of(m0, A), logprobs_of(m0, B)
+        # behaviour log-probs shifted so the ratios r = exp(logp - old) land inside and outside [0.8, 1.28]
+        shift_a = [-0.5, 0.1, 0.0, 0.4]   # ratios 1.65 (clipped for A>0), 0.90, masked, 0.67
+        shift_b = [0.5, -0.1, -0.4]       # ratios 0.61 (clipped for A<0), 1.11, 1.49
+        a = dict(A, advantage=1.5, logprobs=[x - s for x, s in zip(la, shift_a)])
+        b = dict(B, advantage=-0.7, logprobs=[x - s for x, s in zip(lb, shift_b)])
+        rec = self.trainer(m0, self.path("o"), "--loss", "grpo", "--old-logprobs", "rollout").step(batch([a, b]))
+        terms, clipped = [], 0
+        for r, shifts in ((a, shift_a), (b, shift_b)):
+            for s, k in zip(shifts, r["loss_mask"]):
+                if not k:
+                    continue
+                ratio = math.exp(s)
+                adv = r["advantage"]
+                u, c = -adv * ratio, -adv * min(max(ratio, 0.8), 1.28)
+                terms.append(max(u, c))
+                clipped += c > u
+        self.assertAlmostEqual(rec["loss"], sum(terms) / len(terms), places=5)
+        self.assertAlmostEqual(rec["pg_clipfrac"], clipped / len(terms), places=6)
+        self.assertEqual(clipped, 2)
+        mismatch = sum(abs(s) for r, sh in ((a, shift_a), (b, shift_b)) for s, k in zip(sh, r["loss_mask"]) if k)
+        self.assertAlmostEqual(rec["logprob_mismatch"], mismatch / 6, places=5)
+
+    def test_fully_clipped_tokens_give_no_gradient(self):
+        m0 = self.checkpoint()
+        la = logprobs_of(m0, A)
+        a = dict(A, advantage=1.0, logprobs=[x - 1.0 for x in la])  # every ratio e^1 > 1.28 with A > 0
+        rec = self.trainer(m0, self.path("o"), "--loss", "grpo", "--old-logprobs", "rollout").step(batch([a]))
+        self.assertEqual(rec["pg_clipfrac"], 1.0)
+        self.assertEqual(rec["grad_norm"], 0.0)
+
+    def test_recompute_default_has_unit_ratio(self):
+        m0 = self.checkpoint()
+        a = dict(A, advantage=1.0, logprobs=[-1.0] * 4)
+        b = dict(B, advantage=-1.0)
+        rec = self.trainer(m0, self.path("o"), "--loss", "grpo").step(batch([a, b]))
+        self.assertEqual(rec["pg_clipfrac"], 0.0)
+        self.assertEqual(rec["approx_kl"], 0.0)
+        self.assertAlmostEqual(rec["loss"], (-1.0 * 3 + 1.0 * 3) / 6, places=6)
+        self.assertIn("logprob_mismatch", rec)  # rollout log-probs present on A: reported, not used
+
+    def test_entropy_bonus_and_kl(self):
+        m0 = self.checkpoint()
+        base = self.trainer(m0, self.path("o1"), "--loss", "sft").step(batch([A]))
+        bonus = self.trainer(m0, self.path("o2"), "--loss", "sft", "--entropy-coef", "0.1").step(batch([A]))
+        self.assertAlmostEqual(bonus["loss"], base["loss"] - 0.1 * base["entropy"], places=5)
+        t = self.trainer(m0, self.path("o3"), "--loss", "grpo", "--kl-coef", "0.5", "--ref", m0, "--lr", "1e-2")
+        first = t.step(batch([dict(A, advantage=1.0)]))
+        self.assertAlmostEqual(first["kl"], 0.0, places=7)
+        second = t.step(batch([dict(A, advantage=1.0)]))
+        self.assertGreater(second["kl"], 0.0)
+
+
+class Updates(TempDirCase):
+    def test_grpo_moves_logprobs_with_the_advantage(self):
+        m0 = self.checkpoint()
+        a, b = dict(A, advantage=1.0), dict(B, advantage=-1.0)
+        before_a, before_b = sum(logprobs_of(m0, A)), sum(logprobs_of(m0, B))
+        self.trainer(m0, self.path("m1"), "--loss", "grpo", "--lr", "1e-2").step(batch([a, b]))
+        self.assertGreater(sum(logprobs_of(self.path("m1"), A)), before_a + 0.01)
+        self.assertLess(sum(logprobs_of(self.path("m1"), B)), before_b - 0.01)
+
+    def test_sft_overfits_a_fixed_batch(self):
+        m0 = self.checkpoint()
+        t = self.trainer(m0, self.path("o"), "--loss", "sft", "--lr", "1e-2")
+        first = t.step(batch([A, B]))
+        for _ in range(40):
+            last = t.step(batch([A, B]))
+        self.assertGreater(first["loss"], 3.0)
+        self.assertLess(last["loss"], 0.05)
+        self.assertEqual(last["step"], 41)
+
+    def test_masked_tokens_get_no_gradient(self):
+        m0 = self.checkpoint()
+        # the last response token is masked: changing it must not change the update at all
+        a1 = {"prompt_ids": [1, 2], "response_ids": [3, 4, 5], "loss_mask": [1, 1, 0]}
+        a2 = dict(a1, response_ids=[3, 4, 60])
+        self.trainer(m0, self.path("x"), "--loss", "sft", "--lr", "1e-2").step(batch([a1]))
+        self.trainer(m0, self.path("y"), "--loss", "sft", "--lr", "1e-2").step(batch([a2]))
+        wx, wy = weights(self.path("x")), weights(self.path("y"))
+        for k in wx:
+            self.assertTrue(torch.equal(wx[k], wy[k]), k)
+        # a fully masked record contributes nothing either
+        c = {"prompt_ids": [7], "response_ids": [8, 9], "loss_mask": [0, 0]}
+        self.trainer(m0, self.path("z"), "--loss", "sft", "--lr", "1e-2").step(batch([a1, c]))
+        wz = weights(self.path("z"))
+        for k in wx:
+            self.assertTrue(torch.allclose(wx[k], wz[k], atol=1e-7), k)
+
+    def test_micro_batches_accumulate_to_the_same_update(self):
+        m0 = self.checkpoint()
+        recs = [A, B, dict(A, prompt_ids=[4]), dict(B, response_ids=[30, 31, 32])]
+        r1 = self.trainer(m0, self.path("x"), "--loss", "sft", "--lr", "1e-3").step(batch(recs))
+        r2 = self.trainer(m0, self.path("y"), "--loss", "sft", "--lr", "1e-3",
+                          "--micro-batch-tokens", "8").step(batch(recs))
+        self.assertEqual(r1["micro_batches"], 1)
+        self.assertEqual(r2["micro_batches"], 4)
+        self.assertAlmostEqual(r1["loss"], r2["loss"], places=5)
+        wx, wy = weights(self.path("x")), weights(self.path("y"))
+        for k in wx:
+            self.assertTrue(torch.allclose(wx[k], wy[k], atol=1e-6), k)
+
+    def test_optimiser_state_continues_across_processes(self):
+        m0 = self.checkpoint()
+        t = self.trainer(m0, self.path("r"), "--loss", "sft", "--lr", "1e-2")
+        t.step(batch([A]))
+        t.step(batch([B]))
+        self.trainer(m0, self.path("s1"), "--loss", "sft", "--lr", "1e-2").step(batch([A]))
+        rec = self.trainer(self.path("s1"), self.path("s2"), "--loss", "sft", "--lr", "1e-2").step(batch([B]))
+        self.assertEqual(rec["step"], 2)
+        wr, ws = weights(self.path("r")), weights(self.path("s2"))
+        for k in wr:
+            self.assertTrue(torch.allclose(wr[k], ws[k], atol=1e-7), k)
+
+    def test_warmup_and_grad_clipping(self):
+        m0 = self.checkpoint()
+        t = self.trainer(m0, self.path("o"), "--loss", "sft", "--lr", "1e-2", "--warmup-steps", "4",
+                         "--max-grad-norm", "0.5")
+        lrs = [t.step(batch([A]))["lr"] for _ in range(5)]
+        self.assertEqual([round(x, 8) for x in lrs], [0.0025, 0.005, 0.0075, 0.01, 0.01])
+        g = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in t.params))
+        self.assertLessEqual(float(g), 0.5 + 1e-5)  # the stored gradients are the clipped ones
+
+
+class Validation(TempDirCase):
+    def test_bad_records_name_line_and_field(self):
+        m0 = self.checkpoint()
+        t = self.trainer(m0, self.path("o"), "--loss", "grpo")
+        cases = [
+            ({**A, "advantage": 1, "response_ids": [10, 64, 12, 13]}, "test:1: response_ids.1: token id 64 is out"),
+            ({"prompt_ids": [1], "response_ids": [2], "advantage": 1}, "test:1: loss_mask"),
+            (A, "test:1: advantage: required"),
+            ({**A, "advantage": 1, "loss_mask": [1, 1]}, "test:1: loss_mask: length 2 differs"),
+            ({**A, "advantage": 1, "prompt_ids": [-1]}, "test:1: prompt_ids.0"),
+        ]
+        for rec, message in cases:
+            with self.assertRaisesRegex(DataError, message):
+                t.step(batch([rec]))
+        with self.assertRaisesRegex(DataError, "empty batch"):
+            t.step([])
+        with self.assertRaisesRegex(DataError, "no loss tokens"):
+            t.step(batch([{**A, "advantage": 1, "loss_mask": [0, 0, 0, 0]}]))
+
+    def test_batch_separators(self):
+        lines = ['{"a":1}\n', "\n", '{"a":2}\n', '{"end_batch":true}\n', "\n", '{"a":3}\n']
+        got = [[r["a"] for _, r in b] for b in read_batches(iter(lines), "s", follow=True)]
+        self.assertEqual(got, [[1], [2], [3]])
+        got = [[r["a"] for _, r in b] for b in read_batches(iter(lines), "s", follow=False)]
+        self.assertEqual(got, [[1, 2, 3]])
+        with self.assertRaisesRegex(DataError, "s:2: invalid JSON"):
+            list(read_batches(iter(['{"a":1}\n', "{oops\n"]), "s", follow=True))

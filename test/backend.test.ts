@@ -1,0 +1,285 @@
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { execa } from 'execa';
+import { BACKEND_DIR, findPython } from '../src/backend/python.js';
+import { Step } from '../src/records/step.js';
+import { lines, ndjson, ROOT, rstar } from './helpers.js';
+
+/** A config far smaller than fixtures/tiny, so the tests do not depend on the fixture's sizes. */
+export const SMALL_CONFIG = {
+  architectures: ['Qwen3ForCausalLM'],
+  model_type: 'qwen3',
+  vocab_size: 96,
+  hidden_size: 32,
+  intermediate_size: 64,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 8,
+  max_position_embeddings: 512,
+  rope_theta: 10000,
+  rms_norm_eps: 1e-6,
+  tie_word_embeddings: true,
+  bos_token_id: 0,
+  eos_token_id: 2,
+  torch_dtype: 'float32',
+};
+
+const records = [
+  { prompt_ids: [1, 5, 9], response_ids: [10, 11, 12, 13], loss_mask: [1, 1, 0, 1], advantage: 1 },
+  { prompt_ids: [2, 6], response_ids: [20, 21, 22], loss_mask: [1, 1, 1], advantage: -1 },
+  { prompt_ids: [3, 7, 8, 4], response_ids: [30, 31], loss_mask: [1, 1], advantage: 0.5 },
+  { prompt_ids: [1], response_ids: [40, 41, 42, 43, 44], loss_mask: [1, 0, 1, 1, 1], advantage: -0.5 },
+];
+
+/** Max |a - b| over all tensors of two checkpoints, computed by the backend's own loader. */
+async function weightDiff(a: string, b: string): Promise<number> {
+  const python = await findPython();
+  const code = [
+    'import sys; sys.path.insert(0, sys.argv[1])',
+    'from rstar_backend.checkpoint import load_state_dict',
+    'x, y = load_state_dict(sys.argv[2]), load_state_dict(sys.argv[3])',
+    'assert set(x) == set(y)',
+    'print(max(float((x[k] - y[k]).abs().max()) for k in x))',
+  ].join('\n');
+  const { stdout } = await execa(python, ['-c', code, BACKEND_DIR, a, b]);
+  return Number(stdout.trim());
+}
+
+describe('backend: Python unit tests', () => {
+  test('src/backend/tests pass under the backend interpreter', async () => {
+    const python = await findPython();
+    const result = await execa(
+      python,
+      ['-m', 'unittest', 'discover', '-s', 'src/backend/tests', '-t', 'src/backend/tests'],
+      { cwd: ROOT, reject: false, env: { ...process.env, PYTHONDONTWRITEBYTECODE: '1' } },
+    );
+    assert.equal(result.exitCode, 0, result.stderr);
+    assert.match(result.stderr, /Ran \d+ tests/);
+  });
+});
+
+describe('backend: model-init and train-step CLIs', () => {
+  let dir: string;
+  let m0: string;
+  let data: string;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'rstar-backend-'));
+    mkdirSync(join(dir, 'cfg'));
+    writeFileSync(join(dir, 'cfg', 'config.json'), JSON.stringify(SMALL_CONFIG));
+    writeFileSync(join(dir, 'cfg', 'tokenizer_config.json'), '{"eos_token": "<|im_end|>"}');
+    writeFileSync(join(dir, 'cfg', 'chat_template.jinja'), '{{ messages }}');
+    m0 = join(dir, 'm0');
+    data = join(dir, 'batch.jsonl');
+    writeFileSync(data, ndjson(records));
+    const r = await rstar([
+      'model-init',
+      '--config',
+      join(dir, 'cfg', 'config.json'),
+      '--out',
+      m0,
+      '--seed',
+      '3',
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    const out = lines(r.stdout)[0] as { parameters: number; tokenizer_files: string[] };
+    assert.ok(out.parameters > 10_000);
+    assert.deepEqual(out.tokenizer_files, ['chat_template.jinja', 'tokenizer_config.json']);
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  test('model-init writes an HF checkpoint folder', () => {
+    const config = JSON.parse(readFileSync(join(m0, 'config.json'), 'utf8'));
+    assert.deepEqual(config.architectures, ['Qwen3ForCausalLM']);
+    assert.equal(config.num_key_value_heads, 2);
+    assert.ok(existsSync(join(m0, 'model.safetensors')));
+    assert.ok(existsSync(join(m0, 'chat_template.jinja')));
+    const raw = readFileSync(join(m0, 'model.safetensors'));
+    const n = Number(raw.readBigUInt64LE(0));
+    const header = JSON.parse(raw.subarray(8, 8 + n).toString('utf8'));
+    assert.deepEqual(header['model.layers.0.self_attn.q_proj.weight'].shape, [32, 32]);
+    assert.equal(header['model.layers.0.self_attn.q_norm.weight'].dtype, 'F32');
+  });
+
+  test('model-init with the same seed is reproducible; sharding is an option', async () => {
+    const again = join(dir, 'again');
+    const sharded = join(dir, 'sharded');
+    const cfg = join(dir, 'cfg', 'config.json');
+    assert.equal((await rstar(['model-init', '--config', cfg, '--out', again, '--seed', '3'])).code, 0);
+    const r = await rstar([
+      'model-init',
+      '--config',
+      cfg,
+      '--out',
+      sharded,
+      '--seed',
+      '3',
+      '--max-shard-bytes',
+      '40000',
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.ok(existsSync(join(sharded, 'model.safetensors.index.json')));
+    assert.equal(await weightDiff(m0, again), 0);
+    assert.equal(await weightDiff(m0, sharded), 0);
+  });
+
+  test('one SFT step, then a second step continues from the saved optimiser state', async () => {
+    const m1 = join(dir, 'sft1');
+    const m2 = join(dir, 'sft2');
+    const r1 = await rstar(['train-step', '--loss', 'sft', '--model', m0, '--out', m1, '--lr', '1e-3', data]);
+    assert.equal(r1.code, 0, r1.stderr);
+    const [s1] = lines(r1.stdout).map((s) => Step.parse(s));
+    assert.equal(s1.step, 1);
+    assert.equal(s1.sequences, 4);
+    assert.equal(s1.tokens, 24);
+    assert.ok(s1.loss > 3 && s1.loss < 6, `loss ${s1.loss} near ln(96)`);
+    assert.ok(existsSync(join(m1, 'trainer_state.pt')));
+    assert.ok(existsSync(join(m1, 'chat_template.jinja')));
+    const r2 = await rstar(
+      ['train-step', '--loss', 'sft', '--model', m1, '--out', m2, '--lr', '1e-3'],
+      ndjson(records),
+    );
+    assert.equal(r2.code, 0, r2.stderr);
+    const [s2] = lines(r2.stdout).map((s) => Step.parse(s));
+    assert.equal(s2.step, 2);
+    assert.ok(s2.loss < s1.loss);
+  });
+
+  test('--follow: one process, one checkpoint and one Step record per batch', async () => {
+    const input = [
+      ndjson(records.slice(0, 2)),
+      '\n',
+      ndjson(records.slice(2)),
+      '{"end_batch":true}\n',
+      '\n',
+      ndjson(records),
+    ].join('');
+    const out = join(dir, 'follow-{step}');
+    const r = await rstar(
+      ['train-step', '--loss', 'grpo', '--follow', '--model', m0, '--out', out, '--lr', '1e-3'],
+      input,
+    );
+    assert.equal(r.code, 0, r.stderr);
+    const steps = lines(r.stdout).map((s) => Step.parse(s));
+    assert.deepEqual(
+      steps.map((s) => [s.step, s.sequences]),
+      [
+        [1, 2],
+        [2, 2],
+        [3, 4],
+      ],
+    );
+    for (const s of steps) assert.ok(existsSync(join(s.checkpoint, 'model.safetensors')));
+    assert.equal(steps[2].checkpoint, join(dir, 'follow-3'));
+  });
+
+  test('2 data-parallel processes give the same update as 1', async () => {
+    const one = join(dir, 'dp1');
+    const two = join(dir, 'dp2');
+    const args = [
+      'train-step',
+      '--loss',
+      'grpo',
+      '--model',
+      m0,
+      '--lr',
+      '1e-3',
+      '--micro-batch-tokens',
+      '12',
+      data,
+    ];
+    const r1 = await rstar([...args, '--out', one]);
+    const r2 = await rstar([...args, '--out', two, '--nproc', '2']);
+    assert.equal(r1.code, 0, r1.stderr);
+    assert.equal(r2.code, 0, r2.stderr);
+    const [s1] = lines<{ loss: number; grad_norm: number; world_size: number }>(r1.stdout);
+    const [s2] = lines<{ loss: number; grad_norm: number; world_size: number }>(r2.stdout);
+    assert.equal(s2.world_size, 2);
+    assert.ok(Math.abs(s1.loss - s2.loss) < 1e-6, `${s1.loss} vs ${s2.loss}`);
+    assert.ok(Math.abs(s1.grad_norm - s2.grad_norm) < 1e-5);
+    const diff = await weightDiff(one, two);
+    assert.ok(diff < 1e-6, `max weight difference ${diff}`);
+    assert.ok((await weightDiff(m0, one)) > 1e-4, 'the step changed the weights');
+  });
+
+  test('bad input: clear messages, non-zero exit', async () => {
+    const train = (extra: string[], input: string) =>
+      rstar(['train-step', '--loss', 'grpo', '--model', m0, '--out', join(dir, 'bad'), ...extra], input);
+    const cases: [string[], string, number, RegExp][] = [
+      [[], '{"prompt_ids":[1],"response_ids":[2],"advantage":1}\n', 1, /stdin:1: loss_mask/],
+      [
+        [],
+        ndjson([{ ...records[0], response_ids: [10, 96, 12, 13] }]),
+        1,
+        /stdin:1: response_ids\.1: .*vocab/,
+      ],
+      [[], ndjson([{ ...records[0], advantage: undefined }]), 1, /stdin:1: advantage: required/],
+      [['--old-logprobs', 'rollout'], ndjson([records[0]]), 1, /stdin:1: logprobs: required/],
+      [[], '', 1, /empty batch/],
+      [[], '\n\n', 1, /empty batch/],
+      [[], '{"prompt_ids":\n', 1, /stdin:1: invalid JSON/],
+      [['--old-logprobs', 'maybe'], ndjson(records), 2, /--old-logprobs/],
+    ];
+    for (const [extra, input, code, message] of cases) {
+      const r = await train(extra, input);
+      assert.equal(r.code, code, `${message}: ${r.stderr}`);
+      assert.match(r.stderr, message);
+    }
+    const notCkpt = await rstar([
+      'train-step',
+      '--loss',
+      'sft',
+      '--model',
+      dir,
+      '--out',
+      join(dir, 'x'),
+      data,
+    ]);
+    assert.equal(notCkpt.code, 1);
+    assert.match(notCkpt.stderr, /not a checkpoint: no config\.json/);
+    const badLoss = await rstar([
+      'train-step',
+      '--loss',
+      'ppo',
+      '--model',
+      m0,
+      '--out',
+      join(dir, 'x'),
+      data,
+    ]);
+    assert.equal(badLoss.code, 2);
+    const noWeights = join(dir, 'no-weights');
+    mkdirSync(noWeights);
+    writeFileSync(join(noWeights, 'config.json'), JSON.stringify(SMALL_CONFIG));
+    const r = await rstar([
+      'train-step',
+      '--loss',
+      'sft',
+      '--model',
+      noWeights,
+      '--out',
+      join(dir, 'x'),
+      data,
+    ]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /not a checkpoint: neither model\.safetensors/);
+    const badInit = await rstar(['model-init', '--config', join(dir, 'nope.json'), '--out', join(dir, 'x')]);
+    assert.equal(badInit.code, 1);
+    assert.match(badInit.stderr, /nope\.json/);
+  });
+
+  test('no interpreter with torch: the error says how to install it', async () => {
+    const r = await rstar(
+      ['model-init', '--config', join(dir, 'cfg', 'config.json'), '--out', join(dir, 'x')],
+      '',
+      {
+        RSTAR_PYTHON: '/bin/false',
+      },
+    );
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /RSTAR_PYTHON=\/bin\/false cannot import torch; install PyTorch: .*python3-torch/);
+  });
+});

@@ -1,0 +1,393 @@
+import assert from 'node:assert/strict';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { execa } from 'execa';
+import { type Engine, startEngine } from '../src/backend/engine.js';
+import { BACKEND_DIR, findPython } from '../src/backend/python.js';
+import { ROOT, rstar } from './helpers.js';
+
+const TINY_TOKENIZER = join(ROOT, 'fixtures', 'tiny', 'tokenizer.json');
+/** vocab 4096 so the tiny tokenizer (when present) covers every id; still only ~0.2M parameters. */
+const CONFIG = {
+  architectures: ['Qwen3ForCausalLM'],
+  model_type: 'qwen3',
+  vocab_size: 4096,
+  hidden_size: 32,
+  intermediate_size: 64,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 8,
+  max_position_embeddings: 1024,
+  rope_theta: 10000,
+  tie_word_embeddings: true,
+  bos_token_id: 0,
+  eos_token_id: 2,
+  torch_dtype: 'float32',
+};
+
+interface MetaInfo {
+  id: string;
+  finish_reason: { type: string; matched?: number | string; length?: number; message?: string };
+  prompt_tokens: number;
+  completion_tokens: number;
+  output_token_logprobs?: [number, number, null][];
+  input_token_logprobs?: [number | null, number, null][];
+}
+interface Generated {
+  text: string;
+  output_ids: number[];
+  meta_info: MetaInfo;
+}
+
+async function post<T>(url: string, body: unknown): Promise<{ status: number; json: T }> {
+  const res = await fetch(url, { method: 'POST', body: JSON.stringify(body) });
+  return { status: res.status, json: (await res.json()) as T };
+}
+
+async function metric(url: string, name: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const m = new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text);
+  assert.ok(m, `${name} missing from /metrics`);
+  return Number(m[1]);
+}
+
+let dir: string;
+let m0: string;
+let m1: string;
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'rstar-engine-'));
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(CONFIG));
+  if (existsSync(TINY_TOKENIZER)) copyFileSync(TINY_TOKENIZER, join(dir, 'tokenizer.json'));
+  m0 = join(dir, 'm0');
+  m1 = join(dir, 'm1');
+  for (const [out, seed] of [
+    [m0, '1'],
+    [m1, '2'],
+  ]) {
+    const r = await rstar(['model-init', '--config', join(dir, 'config.json'), '--out', out, '--seed', seed]);
+    assert.equal(r.code, 0, r.stderr);
+  }
+});
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('engine-serve: SGLang /generate subset', () => {
+  let engine: Engine;
+  before(async () => {
+    engine = await startEngine({ model: m0, maxTotalTokens: 2048 });
+  });
+  after(() => engine.close());
+
+  test('greedy generation with log-probs, shaped as SGLang answers', async () => {
+    const { status, json } = await post<Generated>(`${engine.url}/generate`, {
+      input_ids: [1, 100, 200, 300],
+      sampling_params: { max_new_tokens: 6, temperature: 0, ignore_eos: true },
+      return_logprob: true,
+    });
+    assert.equal(status, 200);
+    assert.equal(json.output_ids.length, 6);
+    assert.equal(typeof json.text, 'string');
+    assert.deepEqual(json.meta_info.finish_reason, { type: 'length', length: 6 });
+    assert.equal(json.meta_info.prompt_tokens, 4);
+    assert.equal(json.meta_info.completion_tokens, 6);
+    const lp = json.meta_info.output_token_logprobs!;
+    assert.equal(lp.length, 6);
+    lp.forEach(([v, id, top], i) => {
+      assert.ok(v < 0);
+      assert.equal(id, json.output_ids[i]);
+      assert.equal(top, null);
+    });
+    const again = await post<Generated>(`${engine.url}/generate`, {
+      input_ids: [1, 100, 200, 300],
+      sampling_params: { max_new_tokens: 6, temperature: 0, ignore_eos: true },
+    });
+    assert.deepEqual(again.json.output_ids, json.output_ids, 'greedy is deterministic');
+  });
+
+  test('batched form, max_new_tokens 0 and prompt scoring', async () => {
+    const { json } = await post<Generated[]>(`${engine.url}/generate`, {
+      input_ids: [
+        [5, 6, 7],
+        [8, 9],
+      ],
+      sampling_params: { max_new_tokens: 0 },
+      return_logprob: true,
+      logprob_start_len: 0,
+    });
+    assert.equal(json.length, 2);
+    assert.deepEqual(json[0].output_ids, []);
+    assert.deepEqual(json[0].meta_info.finish_reason, { type: 'length', length: 0 });
+    const inLp = json[0].meta_info.input_token_logprobs!;
+    assert.deepEqual(
+      inLp.map(([, id]) => id),
+      [5, 6, 7],
+    );
+    assert.equal(inLp[0][0], null);
+    assert.ok((inLp[1][0] as number) < 0);
+    assert.equal(json[1].meta_info.input_token_logprobs!.length, 2);
+  });
+
+  test('stop_token_ids and seeded sampling', async () => {
+    const base = await post<Generated>(`${engine.url}/generate`, {
+      input_ids: [1, 2, 3],
+      sampling_params: {
+        max_new_tokens: 12,
+        temperature: 1,
+        top_p: 0.9,
+        top_k: 50,
+        seed: 7,
+        ignore_eos: true,
+      },
+    });
+    const same = await post<Generated>(`${engine.url}/generate`, {
+      input_ids: [1, 2, 3],
+      sampling_params: {
+        max_new_tokens: 12,
+        temperature: 1,
+        top_p: 0.9,
+        top_k: 50,
+        seed: 7,
+        ignore_eos: true,
+      },
+    });
+    assert.deepEqual(same.json.output_ids, base.json.output_ids);
+    const stopId = base.json.output_ids[4];
+    const cut = base.json.output_ids.indexOf(stopId);
+    const stopped = await post<Generated>(`${engine.url}/generate`, {
+      input_ids: [1, 2, 3],
+      sampling_params: {
+        max_new_tokens: 12,
+        temperature: 1,
+        top_p: 0.9,
+        top_k: 50,
+        seed: 7,
+        ignore_eos: true,
+        stop_token_ids: [stopId],
+      },
+    });
+    assert.deepEqual(stopped.json.output_ids, base.json.output_ids.slice(0, cut + 1));
+    assert.deepEqual(stopped.json.meta_info.finish_reason, { type: 'stop', matched: stopId });
+  });
+
+  test('text is decoded with the checkpoint tokenizer (or empty without one)', async (t) => {
+    const { json } = await post<Generated>(`${engine.url}/generate`, {
+      input_ids: [1, 100, 200],
+      sampling_params: { max_new_tokens: 8, temperature: 0, ignore_eos: true, skip_special_tokens: false },
+    });
+    if (!existsSync(TINY_TOKENIZER)) {
+      assert.equal(json.text, '');
+      t.skip('fixtures/tiny/tokenizer.json not built');
+      return;
+    }
+    const tk = new Tokenizer(JSON.parse(readFileSync(TINY_TOKENIZER, 'utf8')), {});
+    const expected = tk.decode(json.output_ids, {
+      skip_special_tokens: false,
+      clean_up_tokenization_spaces: false,
+    });
+    assert.equal(json.text, expected);
+  });
+
+  test('server info, load, metrics, health, flush', async () => {
+    const info = (await (await fetch(`${engine.url}/get_server_info`)).json()) as Record<string, unknown>;
+    assert.equal(info.max_total_num_tokens, 2048);
+    const load = (await (await fetch(`${engine.url}/get_load`)).json()) as Record<string, unknown>[];
+    assert.equal(load[0].num_reqs, 0);
+    assert.equal(await metric(engine.url, 'sglang:num_used_tokens'), 0);
+    assert.equal(await metric(engine.url, 'sglang:token_usage'), 0);
+    assert.equal(await metric(engine.url, 'sglang:num_running_reqs'), 0);
+    assert.equal(await metric(engine.url, 'sglang:num_queue_reqs'), 0);
+    assert.equal((await fetch(`${engine.url}/health`)).status, 200);
+    assert.equal((await fetch(`${engine.url}/flush_cache`, { method: 'POST' })).status, 200);
+  });
+
+  test('bad requests get 400 with a message', async () => {
+    const bad: [unknown, RegExp][] = [
+      [{ sampling_params: {} }, /input_ids: required/],
+      [{ input_ids: [] }, /non-empty/],
+      [{ input_ids: [1, 4096] }, /4096 is out of the vocabulary/],
+      [{ input_ids: [1, 2], sampling_params: { max_new_tokens: -1 } }, /max_new_tokens/],
+      [{ input_ids: Array(1024).fill(1) }, /context length/],
+    ];
+    for (const [body, message] of bad) {
+      const { status, json } = await post<{ error: { message: string } }>(`${engine.url}/generate`, body);
+      assert.equal(status, 400);
+      assert.match(json.error.message, message);
+    }
+    const res = await fetch(`${engine.url}/generate`, { method: 'POST', body: '{oops' });
+    assert.equal(res.status, 400);
+  });
+
+  test('abort_request ends a running request', async () => {
+    const pending = post<Generated>(`${engine.url}/generate`, {
+      rid: 'long-one',
+      input_ids: [1, 2, 3],
+      sampling_params: { max_new_tokens: 1000, temperature: 0, ignore_eos: true },
+    });
+    // abort once it is being decoded, not before it was admitted
+    for (let i = 0; i < 200; i++) {
+      const load = (await (await fetch(`${engine.url}/get_load`)).json()) as { num_running_reqs: number }[];
+      if (load[0].num_running_reqs > 0) break;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const { json: aborted } = await post<{ aborted: number }>(`${engine.url}/abort_request`, {
+      rid: 'long-one',
+    });
+    const { json } = await pending;
+    assert.equal(aborted.aborted, 1);
+    assert.equal(json.meta_info.finish_reason.type, 'abort');
+    assert.ok(json.output_ids.length < 1000);
+  });
+});
+
+describe('engine-serve: agreement with the trainer', () => {
+  test('engine log-probs equal trainer log-probs (fp32, mean |diff| < 1e-4)', async () => {
+    const engine = await startEngine({ model: m0, maxTotalTokens: 4096 });
+    try {
+      const prompts = [
+        [1, 10, 20, 30, 40],
+        [1, 99, 98],
+        [1, 7, 7, 7, 7, 7, 7, 7],
+      ];
+      const { json } = await post<Generated[]>(`${engine.url}/generate`, {
+        input_ids: prompts,
+        sampling_params: { max_new_tokens: 24, temperature: 1, seed: 3, ignore_eos: true },
+        return_logprob: true,
+      });
+      const records = json.map((g, i) => ({
+        prompt_ids: prompts[i],
+        response_ids: g.output_ids,
+        loss_mask: g.output_ids.map(() => 1),
+        engine: g.meta_info.output_token_logprobs!.map(([v]) => v),
+      }));
+      // the trainer's own packing and forward (right-padded batch of all three)
+      const code = [
+        'import sys, json; sys.path.insert(0, sys.argv[1])',
+        'from rstar_backend.checkpoint import load_model',
+        'from rstar_backend.train import pack, response_logits',
+        'from rstar_backend.model import token_logprobs',
+        'import torch',
+        'recs = json.loads(sys.stdin.read())',
+        'seqs = [{"prompt": r["prompt_ids"], "response": r["response_ids"], "mask": r["loss_mask"],',
+        '         "logprobs": None, "advantage": 0.0} for r in recs]',
+        'm = load_model(sys.argv[2])',
+        'ids, pos, tgt, mask, valid, *_ = pack(seqs, torch.device("cpu"))',
+        'with torch.no_grad(): lp = token_logprobs(response_logits(m, ids, pos), tgt)',
+        'print(json.dumps([lp[i, :len(s["response"])].tolist() for i, s in enumerate(seqs)]))',
+      ].join('\n');
+      const python = await findPython();
+      const { stdout } = await execa(python, ['-c', code, BACKEND_DIR, m0], {
+        input: JSON.stringify(records),
+      });
+      const trainer = JSON.parse(stdout) as number[][];
+      let sum = 0;
+      let n = 0;
+      records.forEach((r, i) => {
+        assert.equal(trainer[i].length, r.engine.length);
+        r.engine.forEach((v, j) => {
+          sum += Math.abs(v - trainer[i][j]);
+          n += 1;
+        });
+      });
+      assert.equal(n, 72);
+      assert.ok(sum / n < 1e-4, `mean |engine - trainer| = ${sum / n}`);
+    } finally {
+      await engine.close();
+    }
+  });
+});
+
+describe('engine-serve: KV budget and weight reload', () => {
+  test('concurrent requests never exceed --max-total-tokens; those that do not fit wait', async () => {
+    const budget = 80;
+    const engine = await startEngine({ model: m0, maxTotalTokens: budget });
+    try {
+      let done = false;
+      let maxUsed = 0;
+      let sawQueue = false;
+      const poll = (async () => {
+        while (!done) {
+          const [used, queued] = await Promise.all([
+            metric(engine.url, 'sglang:num_used_tokens'),
+            metric(engine.url, 'sglang:num_queue_reqs'),
+          ]);
+          maxUsed = Math.max(maxUsed, used);
+          if (queued > 0) sawQueue = true;
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      })();
+      // each needs 6 + 24 = 30 KV tokens: at most 2 of the 8 fit at once
+      const results = await Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          post<Generated>(`${engine.url}/generate`, {
+            input_ids: [1, 2, 3, 4, 5, 6 + i],
+            sampling_params: { max_new_tokens: 24, temperature: 0, ignore_eos: true },
+          }),
+        ),
+      );
+      done = true;
+      await poll;
+      for (const r of results) assert.equal(r.json.output_ids.length, 24);
+      assert.ok(maxUsed <= budget, `used ${maxUsed} > ${budget}`);
+      assert.ok(maxUsed > 0);
+      assert.ok(sawQueue, 'some requests waited for KV space');
+      assert.ok((await metric(engine.url, 'rstar:max_used_tokens')) <= budget);
+      assert.equal(await metric(engine.url, 'sglang:num_used_tokens'), 0, 'all KV released');
+    } finally {
+      await engine.close();
+    }
+  });
+
+  test('update_weights_from_disk changes the outputs', async () => {
+    const engine = await startEngine({ model: m0, maxTotalTokens: 1024 });
+    try {
+      const ask = () =>
+        post<Generated>(`${engine.url}/generate`, {
+          input_ids: [1, 50, 60, 70],
+          sampling_params: { max_new_tokens: 8, temperature: 0, ignore_eos: true },
+          return_logprob: true,
+        });
+      const before = (await ask()).json;
+      const upd = await post<{ success: boolean }>(`${engine.url}/update_weights_from_disk`, {
+        model_path: m1,
+      });
+      assert.equal(upd.status, 200);
+      assert.equal(upd.json.success, true);
+      const afterUpdate = (await ask()).json;
+      assert.notDeepEqual(
+        afterUpdate.meta_info.output_token_logprobs,
+        before.meta_info.output_token_logprobs,
+      );
+      const info = (await (await fetch(`${engine.url}/get_server_info`)).json()) as { model_path: string };
+      assert.equal(info.model_path, m1);
+      const bad = await post<{ success: boolean; message: string }>(
+        `${engine.url}/update_weights_from_disk`,
+        {
+          model_path: join(dir, 'nope'),
+        },
+      );
+      assert.equal(bad.status, 400);
+      assert.equal(bad.json.success, false);
+      assert.match(bad.json.message, /nope/);
+    } finally {
+      await engine.close();
+    }
+  });
+
+  test('a folder that is not a checkpoint: startEngine rejects with the reason', async () => {
+    const empty = join(dir, 'empty');
+    mkdirSync(empty, { recursive: true });
+    await assert.rejects(startEngine({ model: empty }), /not a checkpoint: no config\.json/);
+  });
+});
