@@ -1,9 +1,5 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { formatPenalty, scoreText, toolErrorPenalty } from '../src/algo/penalty.js';
 import { roundHalfEven } from '../src/algo/py-round.js';
 import {
@@ -14,34 +10,6 @@ import {
   rocSelect,
   weightedOrder,
 } from '../src/algo/roc.js';
-import { BIN, lines, ndjson, ROOT, rstar } from './helpers.js';
-
-const dir = mkdtempSync(join(tmpdir(), 'rstar-roc-'));
-after(() => rmSync(dir, { recursive: true, force: true }));
-
-/** A minimal valid trajectory. */
-function traj(problem: string, sample: number, reward: number, text = '<answer>1</answer>', extra = {}) {
-  return {
-    v: 1,
-    id: `${problem}/${sample}`,
-    problem_id: problem,
-    sample,
-    policy: 'test',
-    prompt_ids: [1, 2],
-    response_ids: [3, 4],
-    loss_mask: [1, 1],
-    logprobs: [-0.5, -0.25],
-    text,
-    turns: 1,
-    tool_calls: 0,
-    tool_errors: 0,
-    answer_tags: 1,
-    finish: 'stop',
-    answer: '1',
-    reward,
-    ...extra,
-  };
-}
 
 const TURN = (body: string) => `<|im_start|>assistant${body}<|im_end|>`;
 const OK = '<tool_response>\nTool call success\nstdout: 4\n</tool_response>';
@@ -260,5 +228,44 @@ describe('rocSelect (resample_of_correct per uid)', () => {
     const d = rocSelect(group('+-'.repeat(7)), { ...OPTS, keep: 7 });
     assert.equal(d.kept.length, 8);
     assert.equal(d.sizeMismatch, true);
+  });
+});
+
+describe('--positives weighted', () => {
+  const pattern = `${'+'.repeat(16)}${'-'.repeat(16)}`;
+  const penalties = pattern.split('').map((_, i) => (i < 16 ? (i % 4) * 0.5 : 0));
+  const weighted = (seed: number, key = 'p') =>
+    rocSelect(group(pattern, penalties), { ...OPTS, positives: 'weighted', random: groupRandom(seed, key) });
+
+  it('is deterministic for a seed and group, and varies with the seed', () => {
+    assert.deepEqual(weighted(7).kept, weighted(7).kept);
+    const distinct = new Set([1, 2, 3, 4, 5, 6, 7, 8].map((s) => weighted(s).kept.join(',')));
+    assert.ok(distinct.size > 1, 'different seeds should pick different positives');
+    // Same counts as sorted mode; negatives unaffected (first in sample order).
+    const d = weighted(3);
+    assert.deepEqual([d.positives, d.negatives], [8, 8]);
+    assert.deepEqual(
+      d.kept.filter((i) => i >= 16),
+      [16, 17, 18, 19, 20, 21, 22, 23],
+    );
+  });
+
+  it('prefers low penalties without excluding high ones', () => {
+    const picked = [0, 0, 0, 0]; // by penalty class 0, 0.5, 1, 1.5
+    for (let seed = 0; seed < 400; seed++) {
+      for (const i of weighted(seed, `q${seed}`).kept) if (i < 16) picked[i % 4] += 1;
+    }
+    assert.ok(picked[0] > picked[1] && picked[1] > picked[2] && picked[2] > picked[3], `${picked}`);
+    assert.ok(picked[3] > 0);
+    // Penalty 0 items: 4 of them; with weight 10 against 2, 0.91, 0.625 they are nearly always in.
+    assert.ok(picked[0] > 0.95 * 4 * 400, `${picked}`);
+  });
+
+  it('samples without replacement', () => {
+    const order = weightedOrder([0, 0.5, 1, 2, 0], groupRandom(1, 'x'));
+    assert.deepEqual(
+      [...order].sort((a, b) => a - b),
+      [0, 1, 2, 3, 4],
+    );
   });
 });
