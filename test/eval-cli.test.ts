@@ -224,6 +224,16 @@ describe('rstar eval --from-trajectories', () => {
     assert.equal((await rstar(['eval'])).code, 2);
     assert.equal((await rstar(['eval', '--problems-format', 'xml', '--from-trajectories', t])).code, 2);
     assert.equal((await rstar(['eval', '--reverify', '--from-trajectories', t])).code, 2);
+    assert.equal((await rstar(['eval', '--limit', '1', '--from-trajectories', t])).code, 2);
+    const noTokenizer = await rstar([
+      'eval',
+      '--problems',
+      'fixtures/aime_2024.jsonl',
+      '--engine',
+      'http://127.0.0.1:9',
+    ]);
+    assert.equal(noTokenizer.code, 2);
+    assert.match(noTokenizer.stderr, /--tokenizer/);
     const noEngine = await rstar(['eval', '--problems', 'fixtures/aime_2024.jsonl']);
     assert.equal(noEngine.code, 2);
     assert.match(noEngine.stderr, /--engine/);
