@@ -140,6 +140,13 @@ function structure(s0: string, budget: Budget, depth: number): Answer {
       return { k: 'set', items: inner.parts.map((p) => structure(p, budget, depth + 1)) };
     }
   }
+  // Words (`Even`, `Evelyn`, `no solution`) are text, not a product of single-letter symbols.
+  if (
+    /^[A-Za-z][a-z]{2,}(?:\s+[A-Za-z][a-z]*)*$/.test(s) &&
+    !/^(?:sin|cos|tan|pi|sqrt|log|ln|exp)\b/.test(s)
+  ) {
+    return { k: 'text', text: s };
+  }
   try {
     return { k: 'expr', node: parseExpr(s, budget), text: s };
   } catch (error) {

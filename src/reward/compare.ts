@@ -142,9 +142,9 @@ export function answersEqual(pred: Answer, ref: Answer, budget: Budget): boolean
     return ta !== null && tb !== null && squash(ta) === squash(tb);
   }
   if (isEquation(a) && isEquation(b)) return equationsEqual(a, b, budget);
-  // `x = 3` against `3`: the value of the equation's last side.
-  if (isEquation(a)) return answersEqual(a.terms[a.terms.length - 1], b, budget);
-  if (isEquation(b)) return answersEqual(a, b.terms[b.terms.length - 1], budget);
+  // `x = 3` against `3`: the value the equation gives a name; `2x + 1 = 0` is not the value 0.
+  if (isEquation(a)) return namesValue(a) && answersEqual(a.terms[a.terms.length - 1], b, budget);
+  if (isEquation(b)) return namesValue(b) && answersEqual(a, b.terms[b.terms.length - 1], budget);
   if (a.k === 'expr' && b.k === 'expr') return exprEqual(a.node, b.node, budget);
   if (a.k === 'set' || b.k === 'set') return setsEqual(a, b, budget);
   if (a.k === 'tuple' && b.k === 'tuple') {
@@ -158,6 +158,22 @@ export function answersEqual(pred: Answer, ref: Answer, budget: Budget): boolean
   if (a.k === 'matrix' || b.k === 'matrix') return matricesEqual(a, b, budget);
   if (isRegion(a) && isRegion(b)) return regionsEqual(a, b, budget);
   return false;
+}
+
+/** A name for a value: `x`, `y_1`, `f(x)`, `|AB|`, `\\frac{NO}{BO}`, `(p, q)`; no numbers, no sums. */
+function isLabel(x: Answer): boolean {
+  if (x.k === 'tuple') return x.items.every(isLabel);
+  if (x.k !== 'expr') return false;
+  const walk = (n: Node): boolean =>
+    n.t === 'sym' ||
+    (n.t === 'bin' && (n.op === '*' || n.op === '/') && walk(n.a) && walk(n.b)) ||
+    (n.t === 'fn' && n.name === 'abs' && walk(n.args[0]));
+  return walk(x.node) && symbols(x.node).size > 0;
+}
+
+/** `x = 3`, `x = 5 + 6 = 11`, `1 = \\zzz = x = 0`: the side next to the value, or the first, is a name. */
+function namesValue(eq: Extract<Answer, { k: 'rel' }>): boolean {
+  return isLabel(eq.terms[0]) || isLabel(eq.terms[eq.terms.length - 2]);
 }
 
 function setsEqual(a: Answer, b: Answer, budget: Budget): boolean {
