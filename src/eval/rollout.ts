@@ -1,4 +1,5 @@
 import { DataError, UsageError } from '../errors.js';
+import { interactive } from '../program.js';
 import type { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
 import { startSandbox } from '../sandbox/embedded.js';
@@ -54,6 +55,21 @@ async function loadRollout(): Promise<RolloutModule> {
   return mod as unknown as RolloutModule;
 }
 
+/** One carriage-returned status line on a TTY stderr (rollout's progress callback). */
+function progressLine(p: {
+  done: number;
+  total: number;
+  tokens: number;
+  toolCalls: number;
+  elapsedMs: number;
+}) {
+  const rate = p.elapsedMs > 0 ? (1000 * p.tokens) / p.elapsedMs : 0;
+  process.stderr.write(
+    `\r  ${p.done}/${p.total} trajectories, ${rate.toFixed(0)} tok/s, ${p.toolCalls} tool calls `,
+  );
+  if (p.done === p.total) process.stderr.write('\n');
+}
+
 /** Rolls benchmarks out in-process over one shared set of engine clients, tokenizer and sandbox. */
 export interface Roller {
   trajectories(benchmark: string, problems: Problem[]): AsyncGenerator<Sourced>;
@@ -78,6 +94,7 @@ export async function openRoller(flags: EvalRolloutFlags): Promise<Roller> {
     seed: flags.seed,
     schedule: flags.schedule,
     compat: flags.compat,
+    onProgress: interactive() ? progressLine : undefined,
   };
   return {
     async *trajectories(benchmark, problems) {
