@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import {
   copyFileSync,
   existsSync,
@@ -15,7 +16,7 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { execa } from 'execa';
 import { type Engine, startEngine } from '../src/backend/engine.js';
 import { BACKEND_DIR, findPython } from '../src/backend/python.js';
-import { ROOT, rstar } from './helpers.js';
+import { BIN, ROOT, rstar } from './helpers.js';
 
 const TINY_TOKENIZER = join(ROOT, 'fixtures', 'tiny', 'tokenizer.json');
 /** vocab 4096 so the tiny tokenizer (when present) covers every id; still only ~0.2M parameters. */
@@ -197,6 +198,21 @@ describe('engine-serve: SGLang /generate subset', () => {
       clean_up_tokenization_spaces: false,
     });
     assert.equal(json.text, expected);
+    // a stop string: generation ends once the text contains it, and the text is cut before it
+    const stop = [...json.text].slice(3, 5).join('');
+    const stopped = await post<Generated>(`${engine.url}/generate`, {
+      input_ids: [1, 100, 200],
+      sampling_params: {
+        max_new_tokens: 8,
+        temperature: 0,
+        ignore_eos: true,
+        skip_special_tokens: false,
+        stop,
+      },
+    });
+    assert.deepEqual(stopped.json.meta_info.finish_reason, { type: 'stop', matched: stop });
+    assert.equal(stopped.json.text, json.text.slice(0, json.text.indexOf(stop)));
+    assert.ok(stopped.json.output_ids.length <= json.output_ids.length);
   });
 
   test('server info, load, metrics, health, flush', async () => {
@@ -252,7 +268,7 @@ describe('engine-serve: SGLang /generate subset', () => {
 });
 
 describe('engine-serve: agreement with the trainer', () => {
-  test('engine log-probs equal trainer log-probs (fp32, mean |diff| < 1e-4)', async () => {
+  test('engine log-probs equal trainer log-probs (fp32, mean |diff| < 1e-4)', async (t) => {
     const engine = await startEngine({ model: m0, maxTotalTokens: 4096 });
     try {
       const prompts = [
@@ -301,6 +317,7 @@ describe('engine-serve: agreement with the trainer', () => {
         });
       });
       assert.equal(n, 72);
+      t.diagnostic(`mean |engine - trainer| log-prob = ${(sum / n).toExponential(2)} over ${n} tokens`);
       assert.ok(sum / n < 1e-4, `mean |engine - trainer| = ${sum / n}`);
     } finally {
       await engine.close();
@@ -389,5 +406,35 @@ describe('engine-serve: KV budget and weight reload', () => {
     const empty = join(dir, 'empty');
     mkdirSync(empty, { recursive: true });
     await assert.rejects(startEngine({ model: empty }), /not a checkpoint: no config\.json/);
+  });
+});
+
+describe('engine-serve: the CLI command', () => {
+  test('prints its address, serves, and exits on SIGTERM', async () => {
+    const child = spawn(process.execPath, [BIN, 'engine-serve', '--model', m0, '--port', '0'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let log = '';
+        child.stderr.setEncoding('utf8').on('data', (d: string) => {
+          log += d;
+          const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
+          if (m) resolve(m[1]);
+        });
+        exited.then(() => reject(new Error(log)));
+      });
+      assert.equal((await fetch(`${url}/health`)).status, 200);
+    } finally {
+      child.kill('SIGTERM');
+      await exited;
+    }
+  });
+
+  test('a folder that is not a checkpoint: exit 1 with the reason', async () => {
+    const r = await rstar(['engine-serve', '--model', join(dir, 'nothing-here'), '--port', '0']);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /nothing-here: not a directory/);
   });
 });

@@ -91,6 +91,7 @@ class Request:
         self.top_k = sp["top_k"]
         self.stop_ids = set(sp["stop_token_ids"])
         self.stop_strs = sp["stop"]
+        self.stop_window = max((len(x.encode()) for x in self.stop_strs), default=0) + 2
         self.skip_special = sp["skip_special_tokens"]
         self.generator = None
         if sp.get("seed") is not None:
@@ -129,6 +130,10 @@ def parse_sampling(sp, eos, context_len, prompt_len):
     }
     if isinstance(out["stop"], str):
         out["stop"] = [out["stop"]]
+    if not isinstance(out["stop"], list) or not all(isinstance(x, str) for x in out["stop"]):
+        raise BadRequest("sampling_params.stop: expected a string or an array of strings")
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in out["stop_token_ids"]):
+        raise BadRequest("sampling_params.stop_token_ids: expected an array of token ids")
     mnt = out["max_new_tokens"]
     if not isinstance(mnt, int) or isinstance(mnt, bool) or mnt < 0:
         raise BadRequest("sampling_params.max_new_tokens: expected a non-negative integer")
@@ -299,7 +304,8 @@ class Engine:
         logits = self.model(ids, cache=PrefillCache(self.pool, r.slots[:P]))[0].float()
         self.prompt_tokens_total += P
         if r.return_logprob:
-            start = max(0, r.logprob_start_len) if r.logprob_start_len >= 0 else P
+            # as SGLang: -1 (the default) means from the last prompt token; 0 gives [None, id, None] first
+            start = min(r.logprob_start_len, P - 1) if r.logprob_start_len >= 0 else P - 1
             lp = token_logprobs(logits[:-1], ids[0, 1:]).tolist() if P > 1 else []
             values = [None] + lp
             r.in_logprobs = [[values[i], r.input_ids[i], None] for i in range(start, P)]
@@ -337,9 +343,11 @@ class Engine:
             self._finish(r, {"type": "stop", "matched": tok})
             return
         if r.stop_strs:
-            text = self.detok.decode(r.output, r.skip_special)
+            # only the tail can hold a new match; decode it, and the whole output once a string matched
+            tail = self.detok.decode(r.output[-r.stop_window:], r.skip_special)
             for s in r.stop_strs:
-                if s and s in text:
+                if s and s in tail:
+                    text = self.detok.decode(r.output, r.skip_special)
                     self._finish(r, {"type": "stop", "matched": s}, text[:text.index(s)])
                     return
         if len(r.output) >= r.max_new:

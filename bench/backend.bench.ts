@@ -1,0 +1,220 @@
+/**
+ * PyTorch backend on this machine with the tiny config (fixtures/tiny/config.json):
+ * - train-step tokens/s (SFT and GRPO, resident --follow process),
+ * - the TypeScript bridge's overhead: `rstar train-step --follow` vs the Python step run directly
+ *   on the same batches (end to end, process start included),
+ * - engine-serve generated tokens/s with 1 and with 64 concurrent requests (continuous batching),
+ * - memory (peak RSS) of engine-serve with its KV budget full, and the KV pool's own size.
+ * Usage: npm run bench:backend [-- --quick] [-- --json FILE]
+ */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { execa } from 'execa';
+import { engineArgs } from '../src/backend/engine.js';
+import { BACKEND_SCRIPT, backendEnv, findPython } from '../src/backend/python.js';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const BIN = join(ROOT, 'bin', 'rstar.js');
+const quick = process.argv.includes('--quick');
+const jsonAt = process.argv.indexOf('--json');
+const jsonFile = jsonAt > 0 ? process.argv[jsonAt + 1] : undefined;
+
+const STEPS = quick ? 3 : 6;
+const SEQS = 8;
+const PROMPT = 64;
+const RESPONSE = 192;
+const NEW_TOKENS = quick ? 32 : 128;
+const ENGINE_PROMPT = 32;
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s * 1664525 + 1013904223) >>> 0;
+    return s / 2 ** 32;
+  };
+}
+
+function batchesFile(dir: string, vocab: number): string {
+  const r = rng(1);
+  const id = () => 3 + Math.floor(r() * (vocab - 3));
+  const lines: string[] = [];
+  for (let b = 0; b < STEPS; b++) {
+    for (let i = 0; i < SEQS; i++) {
+      const response_ids = Array.from({ length: RESPONSE }, id);
+      lines.push(
+        JSON.stringify({
+          prompt_ids: Array.from({ length: PROMPT }, id),
+          response_ids,
+          loss_mask: response_ids.map((_, j) => (j % 10 < 8 ? 1 : 0)),
+          logprobs: response_ids.map(() => -8),
+          advantage: i % 2 ? 1 : -1,
+        }),
+      );
+    }
+    lines.push('{"end_batch":true}');
+  }
+  const path = join(dir, 'batches.jsonl');
+  writeFileSync(path, `${lines.join('\n')}\n`);
+  return path;
+}
+
+interface StepOut {
+  seconds: number;
+  tokens: number;
+}
+
+async function timed(fn: () => Promise<string>): Promise<{ wall: number; steps: StepOut[] }> {
+  const t0 = performance.now();
+  const out = await fn();
+  const wall = (performance.now() - t0) / 1000;
+  const steps = out
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((l) => JSON.parse(l) as StepOut);
+  return { wall, steps };
+}
+
+async function trainBench(python: string, model: string, dir: string, loss: string, data: string) {
+  const common = ['--loss', loss, '--model', model, '--out', join(dir, `out-${loss}`), '--lr', '1e-5'];
+  const direct = await timed(async () => {
+    const r = await execa(python, [BACKEND_SCRIPT, 'train', '--follow', ...common, '--file', data], {
+      env: backendEnv(),
+    });
+    return r.stdout;
+  });
+  const bridge = await timed(async () => {
+    const r = await execa(process.execPath, [BIN, 'train-step', '--follow', ...common, data]);
+    return r.stdout;
+  });
+  const tokens = direct.steps.reduce((a, s) => a + s.tokens, 0);
+  const stepSeconds = direct.steps.slice(1).reduce((a, s) => a + s.seconds, 0) / (direct.steps.length - 1);
+  return {
+    loss,
+    steps: direct.steps.length,
+    tokens_per_step: tokens / direct.steps.length,
+    step_seconds: stepSeconds,
+    tokens_per_s: tokens / direct.steps.length / stepSeconds,
+    direct_wall_s: direct.wall,
+    bridge_wall_s: bridge.wall,
+    bridge_overhead: (bridge.wall - direct.wall) / direct.wall,
+  };
+}
+
+async function generate(url: string, prompt: number[], maxNew: number): Promise<number> {
+  const res = await fetch(`${url}/generate`, {
+    method: 'POST',
+    body: JSON.stringify({
+      input_ids: prompt,
+      sampling_params: { max_new_tokens: maxNew, temperature: 1, ignore_eos: true },
+      return_logprob: true,
+    }),
+  });
+  const json = (await res.json()) as { output_ids: number[] };
+  return json.output_ids.length;
+}
+
+function rssOf(pid: number): { rss_mb: number; peak_rss_mb: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (key: string) => Number(new RegExp(`${key}:\\s+(\\d+)`).exec(status)?.[1] ?? 0);
+  return { rss_mb: kb('VmRSS') / 1024, peak_rss_mb: kb('VmHWM') / 1024 };
+}
+
+async function engineBench(python: string, model: string, concurrency: number, budget: number) {
+  const child = execa(python, engineArgs({ model, port: 0, maxTotalTokens: budget }), {
+    env: backendEnv(),
+    stderr: 'pipe',
+    reject: false,
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let log = '';
+    child.stderr?.setEncoding('utf8').on('data', (d: string) => {
+      log += d;
+      const m = /listening on (http:\/\/\S+)/.exec(log);
+      if (m) resolve(m[1]);
+    });
+    child.then(() => reject(new Error(`engine exited: ${log}`)));
+  });
+  try {
+    const r = rng(concurrency);
+    const prompt = () => Array.from({ length: ENGINE_PROMPT }, () => 3 + Math.floor(r() * 4000));
+    await generate(url, prompt(), 4); // warm-up
+    const rounds = concurrency === 1 ? (quick ? 2 : 4) : 1;
+    const t0 = performance.now();
+    let tokens = 0;
+    for (let k = 0; k < rounds; k++) {
+      const counts = await Promise.all(
+        Array.from({ length: concurrency }, () => generate(url, prompt(), NEW_TOKENS)),
+      );
+      tokens += counts.reduce((a, b) => a + b, 0);
+    }
+    const seconds = (performance.now() - t0) / 1000;
+    const info = (await (await fetch(`${url}/get_server_info`)).json()) as { kv_cache_bytes: number };
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    const maxUsed = Number(/rstar:max_used_tokens\{[^}]*\} (\S+)/.exec(metrics)?.[1]);
+    return {
+      concurrency,
+      kv_budget_tokens: budget,
+      max_used_tokens: maxUsed,
+      generated_tokens: tokens,
+      seconds,
+      tokens_per_s: tokens / seconds,
+      kv_cache_mb: info.kv_cache_bytes / 2 ** 20,
+      ...rssOf(child.pid!),
+    };
+  } finally {
+    child.kill('SIGTERM');
+    await child;
+  }
+}
+
+async function main(): Promise<void> {
+  const python = await findPython();
+  const dir = mkdtempSync(join(tmpdir(), 'rstar-bench-backend-'));
+  try {
+    const model = join(dir, 'tiny');
+    const config = join(ROOT, 'fixtures', 'tiny', 'config.json');
+    await execa(process.execPath, [BIN, 'model-init', '--config', config, '--out', model]);
+    const vocab = (JSON.parse(readFileSync(config, 'utf8')) as { vocab_size: number }).vocab_size;
+    const data = batchesFile(dir, vocab);
+    const torchInfo = await execa(python, [
+      '-c',
+      'import torch; print(torch.__version__, torch.get_num_threads())',
+    ]);
+    console.error(`torch ${torchInfo.stdout.trim()} (version, threads); tiny config ${config}`);
+    const train = [];
+    for (const loss of ['sft', 'grpo']) {
+      const r = await trainBench(python, model, dir, loss, data);
+      train.push(r);
+      console.error(
+        `train-step ${loss}: ${r.tokens_per_s.toFixed(0)} tokens/s (${r.tokens_per_step} tokens/step, ` +
+          `${r.step_seconds.toFixed(3)} s/step); ${r.steps} steps end to end: direct ${r.direct_wall_s.toFixed(2)} s, ` +
+          `rstar train-step --follow ${r.bridge_wall_s.toFixed(2)} s, bridge overhead ${(100 * r.bridge_overhead).toFixed(1)}%`,
+      );
+    }
+    const engine = [];
+    // the 64-request run gets exactly the KV its requests reserve, so the budget is full
+    for (const [c, budget] of [
+      [1, 65536],
+      [64, 64 * (ENGINE_PROMPT + NEW_TOKENS)],
+    ]) {
+      const r = await engineBench(python, model, c, budget);
+      engine.push(r);
+      console.error(
+        `engine-serve ${c} concurrent: ${r.tokens_per_s.toFixed(0)} generated tokens/s ` +
+          `(${r.generated_tokens} tokens in ${r.seconds.toFixed(2)} s); KV budget ${budget} tokens ` +
+          `(${r.kv_cache_mb.toFixed(1)} MiB), max used ${r.max_used_tokens}; peak RSS ${r.peak_rss_mb.toFixed(0)} MiB`,
+      );
+    }
+    const speedup = engine[1].tokens_per_s / engine[0].tokens_per_s;
+    console.error(`continuous batching: ${speedup.toFixed(1)}x the single-request throughput`);
+    const result = { train, engine, batching_speedup: speedup, quick };
+    if (jsonFile) writeFileSync(jsonFile, `${JSON.stringify(result, null, 2)}\n`);
+    process.stdout.write(`${JSON.stringify(result)}\n`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();
