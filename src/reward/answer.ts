@@ -66,7 +66,7 @@ function wrapped(s: string, budget: Budget): boolean {
 }
 
 const MATRIX =
-  /^\(?\s*\\begin\{([pbBvV]?matrix|array)\}(?:\{[^}]*\})?((?:(?!\\begin\{).)*)\\end\{\1\}\s*\)?$/s;
+  /^[([]?\s*\\begin\{([pbBvV]?matrix|array)\}(?:\{[^}]*\})?((?:(?!\\begin\{).)*)\\end\{\1\}\s*[)\]]?$/s;
 
 export function parseAnswer(raw: string, budget: Budget): Answer {
   return structure(normalizeAnswer(raw), budget, 0);
@@ -122,7 +122,9 @@ function structure(s0: string, budget: Budget, depth: number): Answer {
     };
   }
   if (s.length >= 2 && '(['.includes(s[0]) && ')]'.includes(s[s.length - 1]) && wrapped(s, budget)) {
-    const inner = splitTop(s.slice(1, -1), (c) => c === ',', budget);
+    let inner = splitTop(s.slice(1, -1), (c) => c === ',', budget);
+    // `(0;-2;6)`: semicolons separate coordinates where there are no commas.
+    if (inner.parts.length === 1) inner = splitTop(s.slice(1, -1), (c) => c === ';', budget);
     if (inner.parts.length > 1) {
       return {
         k: 'tuple',

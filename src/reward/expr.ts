@@ -191,6 +191,12 @@ export function tokenize(s: string, budget: Budget): Tok[] {
       i += 1;
       continue;
     }
+    if (c === ':') {
+      // A ratio `7:32` is the quotient.
+      out.push({ k: 'op', v: '/' });
+      i += 1;
+      continue;
+    }
     if (c === '−') {
       out.push({ k: 'op', v: '-' });
       i += 1;

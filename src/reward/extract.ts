@@ -44,14 +44,15 @@ function answerPhrase(text: string): string | null {
   const out = sentence.trim();
   if (out === '') return null;
   // "The answer is that there are 19 points": prose around the value; keep its last math or number.
-  if (isProse(out)) return lastStated(out);
+  if (isProse(out)) return lastStated(out) ?? out;
   return out;
 }
 
-/** Two plain words in a row (LaTeX commands and `\text{}` contents aside) mark prose, not an answer. */
+/** Two or more words outside math and LaTeX commands mark prose, not a bare answer. */
 export function isProse(s: string): boolean {
-  const bare = s.replace(/\[a-zA-Z]+(?:\{[^{}]*\})?/g, ' ');
-  return /(?:^|[\s(])[a-zA-Z]{3,}[\s,]+[a-zA-Z]{2,}(?=[\s.,:;!?']|$)/.test(bare);
+  const bare = s.replace(/\$[^$]*\$/g, ' ').replace(/\\[a-zA-Z]+(?:\{[^{}]*\})?/g, ' ');
+  const words = bare.match(/(?<![a-zA-Z])[a-zA-Z]{2,}(?![a-zA-Z])/g) ?? [];
+  return words.length >= 2 && words.some((w) => w.length >= 3);
 }
 
 export function extractAnswer(text: string): string | null {

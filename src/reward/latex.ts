@@ -73,7 +73,12 @@ export function findMath(s: string): MathSpan[] {
       const close = s[i + 1] === '(' ? '\\)' : '\\]';
       const end = s.indexOf(close, i + 2);
       if (end === -1) break;
-      out.push({ start: i, end: end + 2, content: s.slice(i + 2, end) });
+      const content = s.slice(i + 2, end);
+      if (close === '\\)' && content.includes('\n')) {
+        i = end + 2;
+        continue;
+      }
+      out.push({ start: i, end: end + 2, content });
       i = end + 2;
       continue;
     }
@@ -82,7 +87,13 @@ export function findMath(s: string): MathSpan[] {
       let end = s.indexOf(delim, i + delim.length);
       while (end !== -1 && s[end - 1] === '\\') end = s.indexOf(delim, end + 1);
       if (end === -1) break;
-      out.push({ start: i, end: end + delim.length, content: s.slice(i + delim.length, end) });
+      const content = s.slice(i + delim.length, end);
+      // Inline math does not span lines; display math may.
+      if (delim === '$' && content.includes('\n')) {
+        i += 1;
+        continue;
+      }
+      out.push({ start: i, end: end + delim.length, content });
       i = end + delim.length;
       continue;
     }

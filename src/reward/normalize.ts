@@ -85,7 +85,7 @@ export function unwrapText(s: string): string {
     const end = matchBrace(out, open);
     if (end === -1) break;
     const inner = out.slice(open + 1, end - 1);
-    const word = /^\s*(and|or)\s*$/i.test(inner) ? ',' : inner;
+    const word = /^\s*(and|or)\s*$/i.test(inner) ? ', ' : inner;
     out = out.slice(0, m.index) + word + out.slice(end);
   }
   return out;
@@ -111,8 +111,8 @@ export function normalizeAnswer(raw: string): string {
   s = s.replace(/\$/g, ' ');
   s = s.replace(/\\(?:displaystyle|textstyle|left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![a-zA-Z])/g, '');
   s = s.replace(/(?<!\\)\\!\s*/g, '');
-  s = s.replace(/(?<!\\)\\[,;: ]|\\q?quad(?![a-zA-Z])|~/g, ' ');
-  s = s.replace(/\{,\}/g, '');
+  s = s.replace(/(?<!\\)\\[,;: ]|\\q?quad|~/g, ' ');
+  s = s.replace(/\{,\s*\}/g, '');
   s = s.replace(/\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°|\\degree(?![a-zA-Z])/g, '');
   s = s.replace(/\\?%/g, '');
   s = s.replace(/\\\$/g, '');
@@ -124,7 +124,11 @@ export function normalizeAnswer(raw: string): string {
   s = s.replace(/\\(?:neq|ne)(?![a-zA-Z])|!=|≠/g, '≠');
   s = s.replace(/\\lt(?![a-zA-Z])/g, '<').replace(/\\gt(?![a-zA-Z])/g, '>');
   s = s.replace(/\\in(?![a-zA-Z])|∈/g, '∈');
-  s = s.replace(/\\approx(?![a-zA-Z])|≈/g, '=');
+  // `x = 1/3 \approx 0.33`: the exact value is the answer, the approximation a remark.
+  // `x \approx 11` alone states the value.
+  s = /=/.test(s)
+    ? s.replace(/\s*(?:\\approx(?![a-zA-Z])|≈).*$/s, '')
+    : s.replace(/\\approx(?![a-zA-Z])|≈/g, '=');
   s = s.replace(/\\cup(?![a-zA-Z])|∪/g, '∪');
   s = s.replace(/π/g, '\\pi ').replace(/∞/g, '\\infty ').replace(/√/g, '\\sqrt');
   s = s.replace(/[−–]/g, '-').replace(/[×·]/g, '*').replace(/÷/g, '/');
@@ -132,6 +136,10 @@ export function normalizeAnswer(raw: string): string {
   s = s.replace(/\s+/g, ' ').trim();
   s = s.replace(UNIT_RE, '').trim().replace(SHORT_UNIT_RE, '$1');
   // 12,345,678 (and 1,000.5) is one number when the whole answer is.
-  if (/^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$/.test(s)) s = s.replace(/,/g, '');
+  if (/^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$/.test(s) || /^-?\d{1,3}(?: \d{3})+(?:\.\d+)?$/.test(s)) {
+    s = s.replace(/[, ]/g, '');
+  }
+  // A decimal comma (`1000,99`, `0,111`) when the whole answer is one such number.
+  else if (/^-?(?:\d+,\d{2}|0,\d{2,})$/.test(s)) s = s.replace(',', '.');
   return s;
 }
