@@ -1,0 +1,142 @@
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { UsageError } from '../errors.js';
+import { type NdjsonWriter, openOutput } from '../ndjson/index.js';
+import { integer, number, parse, program } from '../program.js';
+import { loadProtocol } from '../rollout/protocol.js';
+import { ConversationRenderer } from '../sft/conversation.js';
+import { CURRICULA, demonstrations, problemOf, split } from '../sft/curriculum/index.js';
+import type { SftRecord } from '../sft/record.js';
+import { Rng } from '../sft/rng.js';
+import { emptyStats, readSources } from '../sft/sources/index.js';
+import { embeddedRunner, pythonRunner, sandboxRunner, type ToolRunner } from '../sft/tool-runner.js';
+
+const TINY = fileURLToPath(new URL('../../../fixtures/tiny', import.meta.url));
+
+interface Options {
+  synthetic?: string;
+  train: number;
+  test: number;
+  seed: number;
+  errorRate: number;
+  out?: string;
+  testOut?: string;
+  tokenizer: string;
+  chatTemplate: string;
+  tools?: string;
+  maxTokens: number;
+  skipInvalid?: boolean;
+  keepMath?: boolean;
+  sandbox?: string;
+  python?: string | boolean;
+}
+
+function log(message: string): void {
+  process.stderr.write(`sft-data: ${message}\n`);
+}
+
+async function writeAll(writer: NdjsonWriter, records: unknown[]): Promise<void> {
+  for (const r of records) await writer.write(r);
+  await writer.end();
+}
+
+async function toolRunner(opts: Options): Promise<ToolRunner> {
+  if (opts.sandbox !== undefined) return sandboxRunner(opts.sandbox);
+  if (opts.python !== undefined)
+    return pythonRunner(typeof opts.python === 'string' ? { python: opts.python } : {});
+  return embeddedRunner();
+}
+
+async function synthetic(name: string, opts: Options, renderer: ConversationRenderer): Promise<void> {
+  if (!CURRICULA.includes(name))
+    throw new UsageError(`unknown curriculum '${name}'; known: ${CURRICULA.join(', ')}`);
+  const tasks = split(name, { train: opts.train, test: opts.test, seed: opts.seed });
+  const runner = await toolRunner(opts);
+  let built: Awaited<ReturnType<typeof demonstrations>>;
+  try {
+    built = await demonstrations(tasks.train, runner, renderer, {
+      errorRate: opts.errorRate,
+      seed: opts.seed,
+      name,
+    });
+  } finally {
+    await runner.close();
+  }
+  const records = built.records.filter((r) => r.prompt_ids.length + r.response_ids.length <= opts.maxTokens);
+  const trainProblems = tasks.train.map((t) => problemOf(t, name, 'train'));
+  const testProblems = tasks.test.map((t) => problemOf(t, name, 'test'));
+  if (opts.out !== undefined) {
+    mkdirSync(opts.out, { recursive: true });
+    await writeAll(openOutput(join(opts.out, 'sft.jsonl')), records);
+    await writeAll(openOutput(join(opts.out, 'train-problems.jsonl')), trainProblems);
+    await writeAll(openOutput(join(opts.out, 'test-problems.jsonl')), testProblems);
+  } else {
+    await writeAll(openOutput(), records);
+  }
+  if (opts.testOut !== undefined) await writeAll(openOutput(opts.testOut), testProblems);
+  const lengths = records.map((r) => r.prompt_ids.length + r.response_ids.length);
+  const trained = records.reduce((s, r) => s + r.loss_mask.reduce<number>((a, x) => a + x, 0), 0);
+  log(
+    `${name}: ${records.length} demonstrations (${built.failedFirst} with a failed first call fixed, ` +
+      `${built.records.length - records.length} over --max-tokens), ${testProblems.length} held-out problems; ` +
+      `tokens/example mean ${Math.round(lengths.reduce((s, x) => s + x, 0) / Math.max(1, lengths.length))}, ` +
+      `max ${Math.max(0, ...lengths)}, trained tokens ${trained}`,
+  );
+}
+
+export async function run(argv: string[]): Promise<void> {
+  const cmd = program('sft-data', 'build non-reasoning SFT records (or the synthetic tool-use curriculum)')
+    .argument(
+      '[files...]',
+      'sources: OpenAI messages, ShareGPT/Hermes conversations, or instruction pairs (NDJSON)',
+    )
+    .option('--synthetic <name>', `build the tool-use curriculum instead: ${CURRICULA.join(', ')}`)
+    .option('--train <n>', 'synthetic: training demonstrations', integer(0), 1000)
+    .option('--test <n>', 'synthetic: held-out problems', integer(0), 200)
+    .option('--seed <n>', 'shuffle / generation seed', integer(), 0)
+    .option(
+      '--error-rate <r>',
+      'synthetic: fraction of demonstrations whose first call fails',
+      number(0, 1),
+      0.15,
+    )
+    .option('--out <dir>', 'synthetic: write sft.jsonl, train-problems.jsonl, test-problems.jsonl there')
+    .option('--test-out <file>', 'synthetic: write the held-out Problems there')
+    .option('--tokenizer <dir>', 'tokenizer folder (or qwen3)', TINY)
+    .option('--chat-template <spec>', 'rstar2, model (the tokenizer’s own), or a Jinja file', 'rstar2')
+    .option('--tools <file>', 'tool schemas JSON (default: python_code_with_standard_io)')
+    .option('--max-tokens <n>', 'drop examples longer than this (prompt + response)', integer(1), 4096)
+    .option('--skip-invalid', 'count and skip malformed lines instead of failing')
+    .option('--keep-math', 'keep math-reasoning examples (dropped by default)')
+    .option('--sandbox <url>', 'synthetic: run code in this sandbox-serve (default: an embedded one)')
+    .option('--python [path]', 'synthetic: run code with a plain local Python instead of the sandbox');
+  if (!parse(cmd, argv)) return;
+  const opts = cmd.opts<Options>();
+  const files = cmd.args;
+  const ctx = await loadProtocol(opts.tokenizer, { chatTemplate: opts.chatTemplate, toolsFile: opts.tools });
+  const renderer = new ConversationRenderer(ctx);
+
+  if (opts.synthetic !== undefined) {
+    if (files.length > 0) throw new UsageError('--synthetic takes no source files');
+    await synthetic(opts.synthetic, opts, renderer);
+    return;
+  }
+  if (opts.out !== undefined) throw new UsageError('--out is for --synthetic; sources go to stdout');
+  const stats = emptyStats();
+  const records: SftRecord[] = await readSources(
+    files,
+    {
+      renderer,
+      tools: [...ctx.tools],
+      maxTokens: opts.maxTokens,
+      skipInvalid: opts.skipInvalid === true,
+      keepMath: opts.keepMath === true,
+      onSkip: (message) => log(`skipped ${message}`),
+    },
+    stats,
+  );
+  new Rng(opts.seed).shuffle(records);
+  await writeAll(openOutput(), records);
+  log(JSON.stringify(stats));
+}

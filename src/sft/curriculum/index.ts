@@ -1,0 +1,144 @@
+import { DataError, UsageError } from '../../errors.js';
+import type { Problem } from '../../records/problem.js';
+import type { SubmissionResult } from '../../records/sandbox.js';
+import { scriptedTrajectory } from '../../rollout/agent.js';
+import type { ConversationRenderer } from '../conversation.js';
+import type { SftRecord } from '../record.js';
+import { fnv1a, Rng } from '../rng.js';
+import type { ToolRunner } from '../tool-runner.js';
+import { brokenCode, CURRICULA, family, type Task } from './families.js';
+
+export { CURRICULA, FAMILIES, type Task } from './families.js';
+
+export const TOOL_NAME = 'python_code_with_standard_io';
+
+/** Every problem's split is a function of its text alone, so no seed can leak test into train. */
+export function isTestPrompt(prompt: string, testPercent = 20): boolean {
+  return fnv1a(prompt) % 100 < testPercent;
+}
+
+export interface SplitOptions {
+  train: number;
+  test: number;
+  seed: number;
+}
+
+export interface Split {
+  train: Task[];
+  test: Task[];
+}
+
+/** Seeded, duplicate-free, disjoint train and held-out test tasks of one curriculum. */
+export function split(name: string, { train, test, seed }: SplitOptions): Split {
+  const make = family(name);
+  if (make === undefined)
+    throw new UsageError(`unknown curriculum '${name}'; known: ${CURRICULA.join(', ')}`);
+  const rng = new Rng(seed);
+  const seen = new Set<string>();
+  const out: Split = { train: [], test: [] };
+  let attempts = 0;
+  while (out.train.length < train || out.test.length < test) {
+    if (++attempts > 100 * (train + test) + 1000) {
+      throw new DataError(`curriculum '${name}' ran out of distinct problems`);
+    }
+    const task = make(rng);
+    if (seen.has(task.prompt)) continue;
+    seen.add(task.prompt);
+    const bucket = isTestPrompt(task.prompt) ? out.test : out.train;
+    if (bucket.length < (bucket === out.test ? test : train)) bucket.push(task);
+  }
+  return out;
+}
+
+export function problemOf(task: Task, name: string, split: 'train' | 'test'): Problem {
+  return {
+    v: 1,
+    id: `${task.family}-${fnv1a(task.prompt).toString(16).padStart(8, '0')}`,
+    prompt: task.prompt,
+    answer: task.answer,
+    kind: 'math',
+    source: `synthetic/${name}`,
+    meta: { family: task.family, split },
+  };
+}
+
+export interface DemoOptions {
+  /** Fraction of demonstrations whose first call fails and is fixed after the traceback. */
+  errorRate: number;
+  seed: number;
+  name: string;
+}
+
+function call(code: string, input: string) {
+  return { name: TOOL_NAME, arguments: { code, input } };
+}
+
+/**
+ * SFT demonstrations in the rStar2 agent protocol: `<reason>` text, one tool call, the real tool
+ * response, then the boxed answer; some first calls fail and are corrected. Every program runs in
+ * `runner`, the trajectory is built by rollout's own agent loop (`scriptedTrajectory`), and a
+ * demonstration whose program output differs from the task's answer is a bug: it throws.
+ */
+export async function demonstrations(
+  tasks: Task[],
+  runner: ToolRunner,
+  renderer: ConversationRenderer,
+  { errorRate, seed, name }: DemoOptions,
+): Promise<{ records: SftRecord[]; failedFirst: number }> {
+  const rng = new Rng(seed ^ 0x5f3759df);
+  const broken = tasks.map((t) => (rng.next() < errorRate ? brokenCode(t.code, rng) : undefined));
+  const good = await runner.run(tasks.map((t) => ({ code: t.code, input: t.input })));
+  const slips = tasks.flatMap((t, i) =>
+    broken[i] === undefined ? [] : [{ code: broken[i] as string, input: t.input }],
+  );
+  const bad = await runner.run(slips);
+  const records: SftRecord[] = [];
+  let b = 0;
+  let failedFirst = 0;
+  for (const [i, task] of tasks.entries()) {
+    const result = good[i];
+    const printed = (result.stdout ?? '').trim();
+    if (!result.run_success || printed !== task.answer) {
+      throw new DataError(
+        `curriculum bug: ${JSON.stringify(task.prompt)}: program printed ${JSON.stringify(printed)} ` +
+          `(${result.reason}), expected ${task.answer}`,
+      );
+    }
+    const assistant: string[] = [];
+    const toolResults: SubmissionResult[] = [];
+    if (broken[i] !== undefined) {
+      const first = bad[b++];
+      // A slip that happens to run is no lesson in reading tracebacks; leave it out.
+      if (!first.run_success) {
+        failedFirst += 1;
+        assistant.push(renderer.assistantText(`${task.reason}</reason>`, [call(broken[i], task.input)]));
+        toolResults.push(first);
+      }
+    }
+    const retry = assistant.length > 0 ? 'The code has an error. I will fix it.' : task.reason;
+    assistant.push(
+      renderer.assistantText(`${retry}</reason>`, [call(task.code, task.input)]),
+      `The output is ${printed}.</reason>\n<answer>\\boxed{${printed}}</answer>`,
+    );
+    toolResults.push(result);
+    const trajectory = await scriptedTrajectory(task.prompt, { assistant, toolResults }, renderer.ctx);
+    if (trajectory.finish !== 'stop' || trajectory.turns !== assistant.length) {
+      throw new DataError(
+        `curriculum bug: ${JSON.stringify(task.prompt)}: replay ended with ${trajectory.finish}`,
+      );
+    }
+    const problem = problemOf(task, name, 'train');
+    records.push({
+      v: 1,
+      id: `${problem.id}/sft`,
+      problem_id: problem.id,
+      prompt_ids: trajectory.prompt_ids,
+      response_ids: trajectory.response_ids,
+      loss_mask: trajectory.loss_mask,
+      text: trajectory.text,
+      answer: task.answer,
+      source: problem.source as string,
+    });
+  }
+  return { records, failedFirst };
+}
