@@ -69,6 +69,11 @@ describe('isEquivalent (strict)', () => {
     ['1 \\pm \\sqrt{5}', '\\{1+\\sqrt{5}, 1-\\sqrt{5}\\}'],
     ['2.6667', '\\frac{8}{3}'],
     ['\\text{Evelyn}', 'evelyn'],
+    ['2^{60}', '1152921504606846976'],
+    ['x_{1}=10^{\\frac{-5+\\sqrt{13}}{6}},\\quad x_{2}=3', '3, 10^{\\frac{\\sqrt{13} - 5}{6}}'],
+    ['(0;-2;6)', '(0,-2,6)'],
+    ['V_1:V_2=11:21', '\\frac{11}{21}'],
+    ['1000,99', '1000.99'],
   ];
   for (const [a, b] of equal) {
     it(`${a} = ${b}`, () => {
@@ -91,6 +96,9 @@ describe('isEquivalent (strict)', () => {
     ['0', '5x - 7y + 11z + 4 = 0'],
     ['1,2', '1,2,3'],
     ['f(y)', 'f(x)'],
+    ['2^{60}', '1152921504606846977'],
+    ['10^{400}', '10^{401}'],
+    ['100!', '100!+1'],
     ['', '0'],
   ];
   for (const [a, b] of different) {
@@ -128,6 +136,12 @@ describe('scoreResponse', () => {
   });
   it('gives 0 without an answer', () => {
     assert.deepEqual(scoreResponse('I do not know', { answer: '3' }), { answer: null, reward: 0 });
+  });
+  it('in rstar compat, grades an unboxed response as the release does', () => {
+    const text = 'We find the total is 7.78 dollars. Final Answer: The final answer is 7.78.';
+    assert.equal(scoreResponse(text, { answer: '7.78' }).reward, 1);
+    assert.equal(scoreResponse('so x = 12', { answer: '12' }).reward, 0);
+    assert.equal(scoreResponse('so x = 12', { answer: '12' }, { compat: 'rstar' }).reward, 1);
   });
   it('is lenient in rstar compat only', () => {
     assert.equal(scoreResponse('\\boxed{5}', { answer: '500' }).reward, 0);

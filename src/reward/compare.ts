@@ -46,8 +46,69 @@ function isLiteral(node: Node): boolean {
 
 const MIN_PLACES = 4;
 
-function constantEqual(a: Node, b: Node, va: number, vb: number): boolean {
+/**
+ * Exact value of an integer expression (`2^{64}`, `10! - 1`), or null. Floats lose integers above
+ * 2^53, where `2^{60}` and `2^{60} + 1` would compare equal.
+ */
+function bigValue(node: Node, budget: Budget): bigint | null {
+  budget.check();
+  switch (node.t) {
+    case 'num':
+      return /^\d+$/.test(node.text) ? BigInt(node.text) : null;
+    case 'neg': {
+      const a = bigValue(node.a, budget);
+      return a === null ? null : -a;
+    }
+    case 'bin': {
+      const a = bigValue(node.a, budget);
+      const b = bigValue(node.b, budget);
+      if (a === null || b === null) return null;
+      if (node.op === '+') return a + b;
+      if (node.op === '-') return a - b;
+      if (node.op === '*') return a * b;
+      if (node.op === '^' && b >= 0n && b <= 4096n && (a < 0n ? -a : a) < 2n ** 64n) return a ** b;
+      return null;
+    }
+    case 'fn': {
+      if (node.name !== 'fact') return null;
+      const n = bigValue(node.args[0], budget);
+      if (n === null || n < 0n || n > 2000n) return null;
+      let r = 1n;
+      for (let i = 2n; i <= n; i++) r *= i;
+      return r;
+    }
+    default:
+      return null;
+  }
+}
+
+const SAFE = 2 ** 53;
+
+function mentionsInfinity(node: Node): boolean {
+  switch (node.t) {
+    case 'sym':
+      return node.name === '∞';
+    case 'bin':
+      return mentionsInfinity(node.a) || mentionsInfinity(node.b);
+    case 'neg':
+      return mentionsInfinity(node.a);
+    case 'fn':
+      return node.args.some(mentionsInfinity);
+    default:
+      return false;
+  }
+}
+
+function constantEqual(a: Node, b: Node, va: number, vb: number, budget: Budget): boolean {
   if (Number.isNaN(va) || Number.isNaN(vb)) return false;
+  if (Math.abs(va) >= SAFE || Math.abs(vb) >= SAFE) {
+    const x = bigValue(a, budget);
+    const y = bigValue(b, budget);
+    if (x !== null && y !== null) return x === y;
+    // An overflow to Infinity is not the symbol ∞: `10^{400}` is not `10^{401}`.
+    if (!Number.isFinite(va) || !Number.isFinite(vb))
+      return va === vb && mentionsInfinity(a) && mentionsInfinity(b);
+  }
   if (va === vb) return true;
   const la = isLiteral(a);
   const lb = isLiteral(b);
@@ -80,7 +141,7 @@ function points(vars: string[], seed: number, n: number): Map<string, number>[] 
 export function exprEqual(a: Node, b: Node, budget: Budget): boolean {
   const vars = [...symbols(b, symbols(a))].sort();
   if (vars.length === 0) {
-    return constantEqual(a, b, evaluate(a, new Map(), budget), evaluate(b, new Map(), budget));
+    return constantEqual(a, b, evaluate(a, new Map(), budget), evaluate(b, new Map(), budget), budget);
   }
   let agree = 0;
   for (const env of points(vars, 7, SAMPLES)) {

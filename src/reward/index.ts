@@ -111,21 +111,21 @@ export function scoreResponse(
     return { answer, reward: got !== null && got === want ? 1 : 0 };
   }
   if (compat === 'rstar') {
-    // The release grades the whole response (its own extraction), not just our extracted answer.
+    // The release grades the whole response with its own extraction (Math-Verify's last formula or
+    // number, PRIME's "answer is"/last "="), so an unboxed answer can still score.
     const ok =
       (answer !== null && isEquivalent(answer, problem.answer, { compat })) ||
-      isEquivalentRaw(text, problem.answer);
-    return { answer, reward: ok ? 1 : 0 };
+      isEquivalent(text, problem.answer, { compat });
+    return { answer: answer ?? safeLoose(text), reward: ok ? 1 : 0 };
   }
   if (answer === null) return { answer: null, reward: 0 };
   return { answer, reward: isEquivalent(answer, problem.answer, { compat }) ? 1 : 0 };
 }
 
-function isEquivalentRaw(text: string, ref: string): boolean {
-  const budget = new Budget(DEFAULT_TIMEOUT_MS);
+function safeLoose(text: string): string | null {
   try {
-    return rstarLenient(text, ref, budget);
+    return extractLoose(text);
   } catch {
-    return false;
+    return null;
   }
 }
