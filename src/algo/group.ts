@@ -4,8 +4,8 @@
  * so memory holds only the groups still open; without one, every group waits for the end of input.
  */
 import { DataError } from '../errors.js';
-import { openInput, parseLine, readLines } from '../ndjson/index.js';
-import { Trajectory } from '../records/index.js';
+import { openInput, readLines } from '../ndjson/index.js';
+import { type ParsedRecord, type ParseTask, type PoolOptions, parseTrajectories } from './parse-pool.js';
 
 export interface Member<T> {
   item: T;
@@ -103,21 +103,24 @@ export interface GroupedInput<T> {
 }
 
 /**
- * Reads trajectories from FILE (or stdin), validates each against the Trajectory schema and turns it
- * into whatever the command keeps per record (`build`), then groups them by `problem_id`.
+ * Reads trajectories from FILE (or stdin), validates each against the Trajectory schema (on worker
+ * threads for large inputs), turns it into what the command keeps per record (`build`, given the parsed
+ * essentials and the raw line) and groups them by `problem_id`.
  */
 export function readTrajectoryGroups<T>(
   file: string | undefined,
-  options: GrouperOptions,
-  build: (record: Trajectory, raw: string) => T,
+  options: GrouperOptions & PoolOptions & { task: ParseTask },
+  build: (record: ParsedRecord, raw: string) => T,
 ): GroupedInput<T> {
   let count = 0;
   async function* groups(): AsyncGenerator<Group<T>> {
     const { stream, source } = openInput(file);
     const grouper = new Grouper<T>(options);
-    for await (const entry of readLines(stream, source)) {
-      if (isBlank(entry.text)) continue;
-      const record = parseLine(Trajectory, entry);
+    for await (const { entry, record } of parseTrajectories(
+      readLines(stream, source),
+      options.task,
+      options,
+    )) {
       count += 1;
       const member = {
         item: build(record, entry.text),
@@ -131,11 +134,6 @@ export function readTrajectoryGroups<T>(
     yield* grouper.finish();
   }
   return { groups: groups(), records: () => count };
-}
-
-function isBlank(text: string): boolean {
-  // Records are long: a line that opens an object is not blank, so skip the full trim for it.
-  return text.charCodeAt(0) !== 123 && text.trim() === '';
 }
 
 /**

@@ -5,9 +5,8 @@ import { openOutput } from '../ndjson/index.js';
 import { integer, number, parse, program } from '../program.js';
 
 interface Item {
+  /** The input line (without any `advantage` it already had), to which the new one is appended. */
   raw: string;
-  /** Set when the input already carried `advantage`: that record is re-serialised, not spliced. */
-  record?: Record<string, unknown>;
   reward: number;
 }
 
@@ -21,15 +20,27 @@ export async function run(argv: string[]): Promise<void> {
     )
     .option('--no-std', 'do not divide by the group std (Dr. GRPO)')
     .option('--epsilon <x>', 'added to the std before dividing', number(0), 1e-6)
-    .option('--group-size <n>', 'rollouts per problem: emit each group once complete', integer(1));
+    .option('--group-size <n>', 'rollouts per problem: emit each group once complete', integer(1))
+    .option(
+      '--threads <n>',
+      'worker threads parsing large inputs (default 0: the main thread only)',
+      integer(0),
+      0,
+    );
   if (!parse(cmd, argv)) return;
-  const opts = cmd.opts<{ baseline: Baseline; std: boolean; epsilon: number; groupSize?: number }>();
+  const opts = cmd.opts<{
+    baseline: Baseline;
+    std: boolean;
+    epsilon: number;
+    groupSize?: number;
+    threads: number;
+  }>();
 
-  const input = readTrajectoryGroups<Item>(cmd.args[0], { size: opts.groupSize }, (record, raw) => ({
-    raw,
-    record: record.advantage === undefined ? undefined : record,
-    reward: record.reward,
-  }));
+  const input = readTrajectoryGroups<Item>(
+    cmd.args[0],
+    { size: opts.groupSize, threads: opts.threads, task: { kind: 'advantage' } },
+    (record, raw) => ({ raw: record.without ?? raw, reward: record.reward }),
+  );
   const out = openOutput();
   for await (const group of input.groups) {
     const items = group.members.map((m) => m.item);
@@ -38,10 +49,7 @@ export async function run(argv: string[]): Promise<void> {
       { baseline: opts.baseline, normalizeStd: opts.std, epsilon: opts.epsilon },
     );
     for (const [k, item] of items.entries()) {
-      const line = item.record
-        ? JSON.stringify({ ...item.record, advantage: advantages[k] })
-        : appendField(item.raw, 'advantage', advantages[k]);
-      await out.writeRaw(line);
+      await out.writeRaw(appendField(item.raw, 'advantage', advantages[k]));
       if (out.closed) return;
     }
   }

@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { Option } from 'commander';
 import { appendField, readTrajectoryGroups } from '../algo/group.js';
-import { PENALTY_MODES, type PenaltyMode, type PenaltyScore, scoreText } from '../algo/penalty.js';
+import { PENALTY_MODES, type PenaltyMode, type ScoredText } from '../algo/penalty.js';
 import {
   groupRandom,
   isPositive,
@@ -13,15 +13,10 @@ import {
 import { openOutput } from '../ndjson/index.js';
 import { integer, parse, program } from '../program.js';
 
-interface Scored {
+interface Scored extends ScoredText {
+  /** The input line (without any `penalty` it already had), to which the new penalty is appended. */
   raw: string;
-  /** True when the input already carried `penalty`: then the record is re-serialised, not spliced. */
-  record?: Record<string, unknown>;
   reward: number;
-  penalty: PenaltyScore;
-  toolErrors: number;
-  toolResponses: number;
-  answerTags: number;
 }
 
 /** The summary: the release's `reject_equal_reward/*`, `roc_error_ratio/*` and `roc_answer_format/*` metrics. */
@@ -73,7 +68,13 @@ export async function run(argv: string[]): Promise<void> {
         .default('rstar'),
     )
     .option('--group-size <n>', 'rollouts per problem: emit each group once complete', integer(1))
-    .option('--stats <file>', 'write the JSON summary to FILE instead of stderr');
+    .option('--stats <file>', 'write the JSON summary to FILE instead of stderr')
+    .option(
+      '--threads <n>',
+      'worker threads parsing large inputs (default 0: the main thread only)',
+      integer(0),
+      0,
+    );
   if (!parse(cmd, argv)) return;
   const opts = cmd.opts<{
     keep: number;
@@ -85,6 +86,7 @@ export async function run(argv: string[]): Promise<void> {
     penalty: PenaltyMode;
     groupSize?: number;
     stats?: string;
+    threads: number;
   }>();
   // The release asserts this before sampling (resample_of_correct); rstar runs the same arithmetic anyway,
   // which is the only way its keep-the-whole-group branch (both classes short) can be reached.
@@ -94,15 +96,15 @@ export async function run(argv: string[]): Promise<void> {
     );
   }
 
-  const input = readTrajectoryGroups<Scored>(cmd.args[0], { size: opts.groupSize }, (record, raw) => {
-    const scored = scoreText(record.text, opts.penalty);
-    return {
-      raw,
-      record: record.penalty === undefined ? undefined : record,
+  const input = readTrajectoryGroups<Scored>(
+    cmd.args[0],
+    { size: opts.groupSize, threads: opts.threads, task: { kind: 'roc', penalty: opts.penalty } },
+    (record, raw) => ({
+      ...(record.scored as ScoredText),
+      raw: record.without ?? raw,
       reward: record.reward,
-      ...scored,
-    };
-  });
+    }),
+  );
   const out = openOutput();
   const stats = emptyStats();
   let penaltySum = 0;
@@ -160,10 +162,7 @@ export async function run(argv: string[]): Promise<void> {
       stats.records_out += 1;
       if (isPositive(s.reward)) stats.positives_out += 1;
       else stats.negatives_out += 1;
-      const line = s.record
-        ? JSON.stringify({ ...s.record, penalty: s.penalty })
-        : appendField(s.raw, 'penalty', s.penalty);
-      await out.writeRaw(line);
+      await out.writeRaw(appendField(s.raw, 'penalty', s.penalty));
       if (out.closed) return;
     }
   }
