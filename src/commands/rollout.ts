@@ -1,0 +1,167 @@
+import { Option } from 'commander';
+import { startEngine } from '../backend/engine.js';
+import { UsageError } from '../errors.js';
+import { openOutput, readAll } from '../ndjson/index.js';
+import { collect, integer, interactive, number, parse, program } from '../program.js';
+import { Problem } from '../records/problem.js';
+import {
+  type EngineClient,
+  type EngineKind,
+  engineClient,
+  loadProtocol,
+  POLICIES,
+  type Policy,
+  type RolloutProgress,
+  rollout,
+} from '../rollout/index.js';
+import { finishedIds } from '../rollout/resume.js';
+import { startSandbox } from '../sandbox/embedded.js';
+
+interface Flags {
+  problems?: string;
+  engine: string[];
+  engineKind: EngineKind;
+  sandbox?: string;
+  tokenizer?: string;
+  chatTemplate: string;
+  tools?: string;
+  n: number;
+  maxTurns: number;
+  maxTokens: number;
+  temperature: number;
+  topP: number;
+  seed?: number;
+  maxParallelCalls: number;
+  toolResponseMaxChars: number;
+  schedule: Policy;
+  out?: string;
+  reload?: string;
+  model?: string;
+  kvTokens?: number;
+  concurrency: number;
+  scrapeMs: number;
+  timeout: number;
+  compat: 'strict' | 'rstar';
+}
+
+function progressLine(p: RolloutProgress): string {
+  const s = p.elapsedMs / 1000 || 1;
+  const load = p.engines.map((e, i) => `e${i}:${e.alive ? `${e.inflight}` : 'down'}`).join(' ');
+  return `\r${p.done}/${p.total} trajectories  ${(p.tokens / s).toFixed(0)} tok/s  ${(p.toolCalls / s).toFixed(1)} calls/s  ${load}\x1b[K`;
+}
+
+export async function run(argv: string[]): Promise<void> {
+  const cmd = program(
+    'rollout',
+    'multi-turn agent rollouts over SGLang/vLLM/engine-serve with the KV-cache-aware scheduler',
+  )
+    .option('--problems <file>', 'problems (NDJSON); stdin when - ')
+    .option(
+      '--engine <url>',
+      'inference engine (repeatable); none: start engine-serve with --model',
+      collect,
+      [],
+    )
+    .addOption(new Option('--engine-kind <kind>', 'engine API').choices(['sglang', 'vllm']).default('sglang'))
+    .option('--sandbox <url>', 'sandbox-serve URL; none: start an embedded one')
+    .option('--tokenizer <dir>', 'Hugging Face tokenizer folder, or qwen3')
+    .option('--chat-template <t>', 'rstar2 | model | FILE', 'rstar2')
+    .option('--tools <file>', 'tool schemas JSON (default: python_code_with_standard_io)')
+    .option('--n <n>', 'samples per problem', integer(1), 1)
+    .option('--max-turns <n>', 'assistant turns per trajectory', integer(1), 5)
+    .option('--max-tokens <n>', 'response token budget (model + tool tokens)', integer(1), 8192)
+    .option('--temperature <t>', 'sampling temperature', number(0), 1)
+    .option('--top-p <p>', 'nucleus sampling', number(0, 1), 1)
+    .option('--seed <s>', 'base seed for per-request seeds', integer(0))
+    .option('--max-parallel-calls <n>', 'tool calls executed per turn', integer(1), 1)
+    .option(
+      '--tool-response-max-chars <n>',
+      'tool response characters kept (middle-truncated)',
+      integer(1),
+      256,
+    )
+    .addOption(new Option('--schedule <policy>', 'engine choice').choices([...POLICIES]).default('kv'))
+    .option('--out <file>', 'output NDJSON (resumable); stdout when absent')
+    .option('--reload <checkpoint>', 'make every engine load CHECKPOINT first and wait for it')
+    .option('--model <dir>', 'checkpoint for the embedded engine when no --engine is given')
+    .option('--kv-tokens <n>', 'KV budget of the embedded engine', integer(1))
+    .option('--concurrency <n>', 'trajectories in flight', integer(1), 1024)
+    .option('--scrape-ms <ms>', 'KV capacity scrape interval (0: only at start)', integer(0), 1000)
+    .option('--timeout <s>', 'per-request engine timeout in seconds', number(1), 600)
+    .addOption(
+      new Option('--compat <mode>', 'answer grading').choices(['strict', 'rstar']).default('strict'),
+    );
+  if (!parse(cmd, argv)) return;
+  const f = cmd.opts<Flags>();
+  if (f.problems === undefined && f.reload === undefined) throw new UsageError('--problems FILE is required');
+  if (f.problems !== undefined && f.tokenizer === undefined)
+    throw new UsageError('--tokenizer DIR is required');
+  if (f.engine.length === 0 && f.model === undefined) {
+    throw new UsageError('give --engine URL (repeatable), or --model DIR to start an embedded engine-serve');
+  }
+
+  const closers: (() => Promise<void>)[] = [];
+  try {
+    let urls = f.engine;
+    if (urls.length === 0) {
+      const engine = await startEngine({ model: f.model!, maxTotalTokens: f.kvTokens });
+      closers.push(() => engine.close());
+      urls = [engine.url];
+    }
+    const engines: EngineClient[] = urls.map((u) =>
+      engineClient(u, f.engineKind, { timeoutMs: f.timeout * 1000 }),
+    );
+    if (f.reload !== undefined) {
+      await Promise.all(engines.map((e) => e.reload(f.reload!)));
+      if (interactive()) process.stderr.write(`${engines.length} engine(s) now serve ${f.reload}\n`);
+      if (f.problems === undefined) return;
+    }
+
+    const problems = (await readAll(f.problems, Problem)).map((x) => x.record);
+    const seen = new Set<string>();
+    for (const p of problems) {
+      if (seen.has(p.id)) throw new UsageError(`${f.problems}: duplicate problem id ${p.id}`);
+      seen.add(p.id);
+    }
+    const protocol = await loadProtocol(f.tokenizer!, { chatTemplate: f.chatTemplate, toolsFile: f.tools });
+    let sandboxUrl = f.sandbox;
+    if (sandboxUrl === undefined) {
+      const sb = await startSandbox();
+      closers.push(() => sb.close());
+      sandboxUrl = sb.url;
+    }
+    const skip = f.out !== undefined ? finishedIds(f.out) : undefined;
+    const out = openOutput(f.out, { append: true });
+    const tty = interactive();
+    try {
+      for await (const t of rollout(problems, {
+        engines,
+        sandbox: sandboxUrl,
+        protocol,
+        n: f.n,
+        maxTurns: f.maxTurns,
+        maxTokens: f.maxTokens,
+        temperature: f.temperature,
+        topP: f.topP,
+        seed: f.seed,
+        maxParallelCalls: f.maxParallelCalls,
+        toolResponseMaxChars: f.toolResponseMaxChars,
+        schedule: f.schedule,
+        skip,
+        concurrency: f.concurrency,
+        scrapeMs: f.scrapeMs,
+        policy: f.reload,
+        compat: f.compat,
+        onProgress: tty ? (p) => process.stderr.write(progressLine(p)) : undefined,
+      })) {
+        await out.write(t);
+        if (out.closed) break;
+      }
+    } finally {
+      await out.end();
+      if (tty) process.stderr.write('\n');
+    }
+  } finally {
+    for (const close of closers.reverse()) await close().catch(() => {});
+  }
+}

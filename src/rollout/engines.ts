@@ -1,0 +1,273 @@
+import type { Generation } from './agent.js';
+
+export type EngineKind = 'sglang' | 'vllm';
+
+export interface SamplingOptions {
+  temperature: number;
+  topP: number;
+  /** Per-request seed, so a rerun samples the same tokens on engines that honour it. */
+  seed?: number;
+}
+
+/** KV capacity in tokens, as the engine reports it. */
+export interface Capacity {
+  total: number;
+  used: number;
+}
+
+/** An engine the scheduler can send turns to. */
+export interface EngineClient {
+  readonly url: string;
+  readonly kind: EngineKind;
+  generate(inputIds: readonly number[], maxNewTokens: number, sampling: SamplingOptions): Promise<Generation>;
+  /** Scraped KV capacity, or undefined when the engine does not say. */
+  capacity(): Promise<Capacity | undefined>;
+  /** The model or checkpoint the engine serves (the trajectories' `policy`). */
+  model(): Promise<string>;
+  /** Loads a checkpoint and resolves once the engine serves it. */
+  reload(checkpoint: string): Promise<void>;
+}
+
+/** An engine that answered with an HTTP error or malformed data: retried, never silently used. */
+export class EngineError extends Error {
+  override name = 'EngineError';
+  constructor(
+    message: string,
+    /** false when the request may not be resent (a 4xx: the request itself is wrong). */
+    readonly retryable = true,
+  ) {
+    super(message);
+  }
+}
+
+export interface EngineClientOptions {
+  /** Per-request timeout for /generate (default 10 min: a long generation is legitimate). */
+  timeoutMs?: number;
+  /** Timeout for metrics and info requests (default 5 s). */
+  probeTimeoutMs?: number;
+}
+
+async function request(url: string, init: RequestInit, timeoutMs: number): Promise<unknown> {
+  let res: Response;
+  try {
+    res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
+  } catch (error) {
+    const e = error as Error & { cause?: { code?: string } };
+    throw new EngineError(`${url}: ${e.cause?.code ?? e.name}: ${e.message}`);
+  }
+  const body = await res.text().catch((e: Error) => {
+    throw new EngineError(`${url}: ${e.message}`);
+  });
+  if (!res.ok) {
+    throw new EngineError(
+      `${url}: HTTP ${res.status}: ${body.slice(0, 300)}`,
+      res.status >= 500 || res.status === 429,
+    );
+  }
+  const type = res.headers.get('content-type') ?? '';
+  if (!type.includes('json')) return body;
+  try {
+    return JSON.parse(body);
+  } catch {
+    throw new EngineError(`${url}: invalid JSON response`);
+  }
+}
+
+const post = (url: string, body: unknown, timeoutMs: number) =>
+  request(
+    url,
+    { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) },
+    timeoutMs,
+  );
+const get = (url: string, timeoutMs: number) => request(url, { method: 'GET' }, timeoutMs);
+
+/** Prometheus text: the first sample of `name` (labels ignored) and the labels of that sample. */
+export function promSample(
+  text: string,
+  name: string,
+): { value: number; labels: Record<string, string> } | undefined {
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name)) continue;
+    const rest = line.slice(name.length);
+    if (rest[0] !== ' ' && rest[0] !== '{') continue;
+    const labels: Record<string, string> = {};
+    let valuePart = rest;
+    if (rest[0] === '{') {
+      const close = rest.indexOf('}');
+      for (const m of rest.slice(1, close).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[m[1]] = m[2];
+      valuePart = rest.slice(close + 1);
+    }
+    const value = Number(valuePart.trim().split(/\s+/)[0]);
+    if (Number.isFinite(value)) return { value, labels };
+  }
+  return undefined;
+}
+
+function fail(url: string, what: string): never {
+  throw new EngineError(`${url}: malformed response: ${what}`, false);
+}
+
+/** SGLang's native API (and `rstar engine-serve`, which speaks its subset). */
+export class SglangClient implements EngineClient {
+  readonly kind = 'sglang';
+  readonly url: string;
+  #timeoutMs: number;
+  #probeMs: number;
+  #total: number | undefined;
+
+  constructor(url: string, options: EngineClientOptions = {}) {
+    this.url = url.replace(/\/+$/, '');
+    this.#timeoutMs = options.timeoutMs ?? 600_000;
+    this.#probeMs = options.probeTimeoutMs ?? 5_000;
+  }
+
+  async generate(inputIds: readonly number[], maxNewTokens: number, s: SamplingOptions): Promise<Generation> {
+    const sampling_params: Record<string, unknown> = {
+      max_new_tokens: maxNewTokens,
+      temperature: s.temperature,
+      top_p: s.topP,
+      skip_special_tokens: false,
+      no_stop_trim: true,
+    };
+    if (s.seed !== undefined) sampling_params.sampling_seed = s.seed;
+    const out = (await post(
+      `${this.url}/generate`,
+      { input_ids: inputIds, sampling_params, return_logprob: true },
+      this.#timeoutMs,
+    )) as {
+      output_ids?: number[];
+      meta_info?: {
+        output_token_logprobs?: [number | null, number, unknown][];
+        finish_reason?: { type?: string } | null;
+      };
+    };
+    const lps = out?.meta_info?.output_token_logprobs;
+    if (!Array.isArray(lps)) fail(this.url, 'meta_info.output_token_logprobs missing');
+    const ids = Array.isArray(out.output_ids) ? out.output_ids : lps.map((x) => x[1]);
+    if (ids.length !== lps.length) fail(this.url, `${ids.length} output_ids but ${lps.length} logprobs`);
+    for (const [i, x] of lps.entries())
+      if (x[1] !== ids[i]) fail(this.url, `logprob ${i} is for another token`);
+    const type = out.meta_info?.finish_reason?.type;
+    if (type === 'abort') throw new EngineError(`${this.url}: generation aborted`);
+    if (ids.length > maxNewTokens) fail(this.url, `${ids.length} tokens for max_new_tokens ${maxNewTokens}`);
+    return { ids, logprobs: lps.map((x) => x[0] ?? 0), finishReason: type === 'length' ? 'length' : 'stop' };
+  }
+
+  async capacity(): Promise<Capacity | undefined> {
+    if (this.#total === undefined) {
+      const info = (await get(`${this.url}/get_server_info`, this.#probeMs)) as {
+        max_total_num_tokens?: number;
+      };
+      const total = info?.max_total_num_tokens;
+      if (typeof total !== 'number') return undefined;
+      this.#total = total;
+    }
+    const metrics = await get(`${this.url}/metrics`, this.#probeMs).catch(() => '');
+    const used =
+      typeof metrics === 'string' ? promSample(metrics, 'sglang:num_used_tokens')?.value : undefined;
+    return { total: this.#total, used: used ?? 0 };
+  }
+
+  async model(): Promise<string> {
+    const info = (await get(`${this.url}/get_model_info`, this.#probeMs).catch(() => undefined)) as
+      | { model_path?: string }
+      | undefined;
+    return info?.model_path ?? this.url;
+  }
+
+  async reload(checkpoint: string): Promise<void> {
+    const out = (await post(
+      `${this.url}/update_weights_from_disk`,
+      { model_path: checkpoint },
+      this.#timeoutMs,
+    )) as {
+      success?: boolean;
+      message?: string;
+    };
+    if (out?.success === false)
+      throw new EngineError(`${this.url}: reload failed: ${out.message ?? ''}`, false);
+  }
+}
+
+/** vLLM's OpenAI server (>= 0.10.2 for `return_token_ids`). */
+export class VllmClient implements EngineClient {
+  readonly kind = 'vllm';
+  readonly url: string;
+  #timeoutMs: number;
+  #probeMs: number;
+  #model: string | undefined;
+
+  constructor(url: string, options: EngineClientOptions = {}) {
+    this.url = url.replace(/\/+$/, '');
+    this.#timeoutMs = options.timeoutMs ?? 600_000;
+    this.#probeMs = options.probeTimeoutMs ?? 5_000;
+  }
+
+  async model(): Promise<string> {
+    if (this.#model === undefined) {
+      const list = (await get(`${this.url}/v1/models`, this.#probeMs)) as { data?: { id?: string }[] };
+      const id = list?.data?.[0]?.id;
+      if (typeof id !== 'string') fail(this.url, '/v1/models lists no model');
+      this.#model = id;
+    }
+    return this.#model;
+  }
+
+  async generate(inputIds: readonly number[], maxNewTokens: number, s: SamplingOptions): Promise<Generation> {
+    const body: Record<string, unknown> = {
+      model: await this.model(),
+      prompt: inputIds,
+      max_tokens: maxNewTokens,
+      temperature: s.temperature,
+      top_p: s.topP,
+      logprobs: 0,
+      return_token_ids: true,
+      skip_special_tokens: false,
+      spaces_between_special_tokens: false,
+    };
+    if (s.seed !== undefined) body.seed = s.seed;
+    const out = (await post(`${this.url}/v1/completions`, body, this.#timeoutMs)) as {
+      choices?: {
+        token_ids?: number[];
+        finish_reason?: string;
+        logprobs?: { token_logprobs?: (number | null)[] };
+      }[];
+    };
+    const choice = out?.choices?.[0];
+    const ids = choice?.token_ids;
+    const lps = choice?.logprobs?.token_logprobs;
+    if (!Array.isArray(ids))
+      fail(this.url, 'choices[0].token_ids missing (vLLM >= 0.10.2 with return_token_ids)');
+    if (!Array.isArray(lps) || lps.length !== ids.length)
+      fail(this.url, 'choices[0].logprobs.token_logprobs');
+    return {
+      ids,
+      logprobs: lps.map((x) => x ?? 0),
+      finishReason: choice?.finish_reason === 'length' ? 'length' : 'stop',
+    };
+  }
+
+  async capacity(): Promise<Capacity | undefined> {
+    const text = await get(`${this.url}/metrics`, this.#probeMs);
+    if (typeof text !== 'string') return undefined;
+    const usage =
+      promSample(text, 'vllm:kv_cache_usage_perc') ?? promSample(text, 'vllm:gpu_cache_usage_perc');
+    const config = promSample(text, 'vllm:cache_config_info');
+    const blocks = Number(config?.labels.num_gpu_blocks);
+    const blockSize = Number(config?.labels.block_size);
+    if (usage === undefined || !(blocks > 0) || !(blockSize > 0)) return undefined;
+    const total = blocks * blockSize;
+    return { total, used: Math.round(usage.value * total) };
+  }
+
+  async reload(_checkpoint: string): Promise<void> {
+    throw new EngineError(
+      `${this.url}: vLLM has no stable weight-reload endpoint; restart it with the checkpoint (see docs/rollout.md)`,
+      false,
+    );
+  }
+}
+
+export function engineClient(url: string, kind: EngineKind, options: EngineClientOptions = {}): EngineClient {
+  return kind === 'vllm' ? new VllmClient(url, options) : new SglangClient(url, options);
+}

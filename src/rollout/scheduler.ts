@@ -1,0 +1,375 @@
+/**
+ * The KV-cache-aware scheduler: one queue of pending assistant turns, engines chosen by free KV
+ * capacity. Pure bookkeeping with an injectable clock, so the discrete-event benchmark drives
+ * this very code; the rollout runner wraps it with promises (see `AsyncScheduler`).
+ */
+
+export type Policy = 'kv' | 'least-requests' | 'round-robin' | 'static';
+export const POLICIES: readonly Policy[] = ['kv', 'least-requests', 'round-robin', 'static'];
+
+export interface TurnRequest {
+  /** The trajectory; later turns prefer the engine that served the earlier ones (prefix cache). */
+  key: string;
+  /** Problem index: `static` pins each problem's samples to engine `group mod engines`. */
+  group: number;
+  /** Tokens already in the context (prompt + response so far). */
+  contextLen: number;
+  maxNewTokens: number;
+}
+
+export interface Assignment<R extends TurnRequest = TurnRequest> {
+  readonly id: number;
+  readonly engine: number;
+  readonly request: R;
+  /** KV tokens reserved: context + max_new_tokens. */
+  readonly reserved: number;
+  readonly queuedAt: number;
+  readonly dispatchedAt: number;
+}
+
+export interface EngineStats {
+  alive: boolean;
+  total: number;
+  free: number;
+  inflight: number;
+  reserved: number;
+  dispatched: number;
+  /** Dispatches made although the reservation did not fit: the engine may have to preempt. */
+  overcommits: number;
+}
+
+export interface SchedulerOptions {
+  policy?: Policy;
+  /** Milliseconds (or any unit); the benchmark passes simulated time. */
+  clock?: () => number;
+  /**
+   * The prefix engine is kept while it has room for the turn and at least this fraction of the
+   * best engine's free capacity; below that, moving is cheaper than waiting (default 0.5).
+   */
+  prefixMinFraction?: number;
+  /**
+   * How long (clock units) a turn waits for its prefix engine to have room before it moves and
+   * pays a full prefill elsewhere (default 5000). Other turns go ahead meanwhile.
+   */
+  prefixWaitMs?: number;
+}
+
+interface Engine {
+  alive: boolean;
+  total: number;
+  /** KV in use at the last scrape (ours and anyone else's). */
+  scrapedUsed: number;
+  /** Assignments with ids above this were made after the last scrape started. */
+  scrapeSeq: number;
+  /** Outstanding reservations made since the last scrape. */
+  sinceScrape: number;
+  /** All outstanding reservations. */
+  reserved: number;
+  inflight: number;
+  dispatched: number;
+  overcommits: number;
+}
+
+interface Pending<R> {
+  request: R;
+  queuedAt: number;
+  /** Order of the trajectory's first turn: the queue serves older trajectories first. */
+  rank: number;
+}
+
+export class Scheduler<R extends TurnRequest = TurnRequest> {
+  readonly policy: Policy;
+  #engines: Engine[];
+  #queue: Pending<R>[] = [];
+  #clock: () => number;
+  #prefixMin: number;
+  #prefixWait: number;
+  #prefix = new Map<string, number>();
+  #ranks = new Map<string, number>();
+  #nextRank = 0;
+  #outstanding = new Map<number, Assignment<R>>();
+  #nextId = 1;
+  #rr = 0;
+
+  /** `capacities`: each engine's KV tokens (Infinity when unknown until the first scrape). */
+  constructor(capacities: readonly number[], options: SchedulerOptions = {}) {
+    if (capacities.length === 0) throw new Error('scheduler needs at least one engine');
+    this.policy = options.policy ?? 'kv';
+    this.#clock = options.clock ?? (() => performance.now());
+    this.#prefixMin = options.prefixMinFraction ?? 0.5;
+    this.#prefixWait = options.prefixWaitMs ?? 5000;
+    this.#engines = capacities.map((total) => ({
+      alive: true,
+      total,
+      scrapedUsed: 0,
+      scrapeSeq: 0,
+      sinceScrape: 0,
+      reserved: 0,
+      inflight: 0,
+      dispatched: 0,
+      overcommits: 0,
+    }));
+  }
+
+  get size(): number {
+    return this.#engines.length;
+  }
+
+  get queued(): number {
+    return this.#queue.length;
+  }
+
+  get inflight(): number {
+    return this.#outstanding.size;
+  }
+
+  /**
+   * Free KV of engine `e`: the free capacity the last scrape saw, minus what we reserved since
+   * that scrape. Turns dispatched before the scrape are in its `used` at their actual size (less
+   * than their reservation), which is what lets more turns run than full reservations would.
+   * An engine that is never scraped falls back to capacity minus all outstanding reservations.
+   */
+  free(e: number): number {
+    const g = this.#engines[e];
+    return g.total - g.scrapedUsed - g.sinceScrape;
+  }
+
+  stats(): EngineStats[] {
+    return this.#engines.map((g, e) => ({
+      alive: g.alive,
+      total: g.total,
+      free: this.free(e),
+      inflight: g.inflight,
+      reserved: g.reserved,
+      dispatched: g.dispatched,
+      overcommits: g.overcommits,
+    }));
+  }
+
+  /** Sequence number to take just before starting a scrape, and to pass to `observe`. */
+  get sequence(): number {
+    return this.#nextId - 1;
+  }
+
+  /**
+   * A scrape: the engine's capacity and the KV in use when it was taken, which includes every
+   * turn dispatched up to `sequence` (taken when the scrape started; default: now).
+   */
+  observe(e: number, capacity: { total: number; used: number }, sequence = this.sequence): void {
+    const g = this.#engines[e];
+    g.total = capacity.total;
+    g.scrapedUsed = capacity.used;
+    g.scrapeSeq = sequence;
+    g.sinceScrape = 0;
+    for (const a of this.#outstanding.values())
+      if (a.engine === e && a.id > sequence) g.sinceScrape += a.reserved;
+  }
+
+  /** Marks an engine dead (its turns come back through `fail`) or alive again. */
+  setAlive(e: number, alive: boolean): void {
+    this.#engines[e].alive = alive;
+  }
+
+  isAlive(e: number): boolean {
+    return this.#engines[e].alive;
+  }
+
+  /**
+   * Queues a turn. The queue is ordered by when each trajectory started, so a trajectory coming
+   * back from a tool call goes ahead of trajectories not yet begun: finishing started work first
+   * is what keeps long trajectories from trailing at the end of the batch.
+   */
+  submit(request: R): void {
+    let rank = this.#ranks.get(request.key);
+    if (rank === undefined) {
+      rank = this.#nextRank++;
+      this.#ranks.set(request.key, rank);
+    }
+    this.#insert({ request, queuedAt: this.#clock(), rank });
+  }
+
+  #insert(p: Pending<R>): void {
+    const q = this.#queue;
+    let lo = 0;
+    let hi = q.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (q[mid].rank <= p.rank) lo = mid + 1;
+      else hi = mid;
+    }
+    q.splice(lo, 0, p);
+  }
+
+  /**
+   * Dispatches what can go now, in queue order. A turn waiting for its prefix engine is passed
+   * over (for at most `prefixWaitMs`); a new trajectory's turn that fits nowhere stops the scan,
+   * so large turns are not starved by a stream of smaller ones.
+   */
+  poll(): Assignment<R>[] {
+    const out: Assignment<R>[] = [];
+    for (let i = 0; i < this.#queue.length; ) {
+      const head = this.#queue[i];
+      const e = this.#choose(head);
+      if (e === 'wait') {
+        i++;
+        continue;
+      }
+      if (e === undefined) break;
+      this.#queue.splice(i, 1);
+      out.push(this.#dispatch(head, e));
+    }
+    return out;
+  }
+
+  /** The turn returned: its reservation is released and its engine now holds the prefix. */
+  release(a: Assignment<R>): void {
+    if (!this.#unreserve(a)) return;
+    this.#prefix.set(a.request.key, a.engine);
+  }
+
+  /** The turn failed on its engine: released and queued again at the front, not lost. */
+  fail(a: Assignment<R>): void {
+    if (!this.#unreserve(a)) return;
+    if (this.#prefix.get(a.request.key) === a.engine) this.#prefix.delete(a.request.key);
+    this.#queue.unshift({ request: a.request, queuedAt: a.queuedAt, rank: -1 });
+  }
+
+  /** The trajectory ended; its prefix hint is no longer needed. */
+  forget(key: string): void {
+    this.#prefix.delete(key);
+    this.#ranks.delete(key);
+  }
+
+  #unreserve(a: Assignment<R>): boolean {
+    if (!this.#outstanding.delete(a.id)) return false;
+    const g = this.#engines[a.engine];
+    g.reserved -= a.reserved;
+    g.inflight--;
+    if (a.id > g.scrapeSeq) g.sinceScrape -= a.reserved;
+    return true;
+  }
+
+  #dispatch(p: Pending<R>, e: number): Assignment<R> {
+    const g = this.#engines[e];
+    const reserved = p.request.contextLen + p.request.maxNewTokens;
+    if (this.free(e) < reserved) g.overcommits++;
+    const a: Assignment<R> = {
+      id: this.#nextId++,
+      engine: e,
+      request: p.request,
+      reserved,
+      queuedAt: p.queuedAt,
+      dispatchedAt: this.#clock(),
+    };
+    g.reserved += reserved;
+    g.sinceScrape += reserved;
+    g.inflight++;
+    g.dispatched++;
+    this.#outstanding.set(a.id, a);
+    return a;
+  }
+
+  #alive(): number[] {
+    const out: number[] = [];
+    for (const [e, g] of this.#engines.entries()) if (g.alive) out.push(e);
+    return out;
+  }
+
+  #choose(p: Pending<R>): number | 'wait' | undefined {
+    const r = p.request;
+    const alive = this.#alive();
+    if (alive.length === 0) return undefined;
+    switch (this.policy) {
+      case 'round-robin': {
+        for (let k = 0; k < this.#engines.length; k++) {
+          const e = (this.#rr + k) % this.#engines.length;
+          if (this.#engines[e].alive) {
+            this.#rr = e + 1;
+            return e;
+          }
+        }
+        return undefined;
+      }
+      case 'least-requests':
+        return alive.reduce((b, e) => (this.#engines[e].inflight < this.#engines[b].inflight ? e : b));
+      case 'static': {
+        const n = this.#engines.length;
+        for (let k = 0; k < n; k++) {
+          const e = (r.group + k) % n;
+          if (this.#engines[e].alive) return e;
+        }
+        return undefined;
+      }
+      case 'kv':
+        return this.#chooseKv(p, alive);
+    }
+  }
+
+  #chooseKv(p: Pending<R>, alive: number[]): number | 'wait' | undefined {
+    const r = p.request;
+    const need = r.contextLen + r.maxNewTokens;
+    const score = (e: number): number => {
+      const f = this.free(e);
+      // Unknown capacity: fall back to the fewest reserved tokens.
+      return Number.isFinite(f) ? f : -this.#engines[e].reserved;
+    };
+    let best = alive[0];
+    for (const e of alive) {
+      const s = score(e);
+      const b = score(best);
+      if (s > b || (s === b && this.#engines[e].inflight < this.#engines[best].inflight)) best = e;
+    }
+    const fits = (e: number) => this.free(e) >= need || this.#engines[e].inflight === 0;
+    const pe = this.#prefix.get(r.key);
+    if (pe !== undefined && this.#engines[pe].alive) {
+      const fp = this.free(pe);
+      const fb = this.free(best);
+      if (fits(pe) && (!Number.isFinite(fb) || fp >= this.#prefixMin * fb)) return pe;
+      // Its prefix engine is short: wait for it a while rather than recompute the prefix elsewhere.
+      if (this.#clock() - p.queuedAt < this.#prefixWait) return 'wait';
+    }
+    // An idle engine takes even a turn larger than its capacity; otherwise it would never run.
+    return fits(best) ? best : undefined;
+  }
+}
+
+/** The scheduler with promises: `acquire` resolves when the turn is dispatched. */
+export class AsyncScheduler<R extends TurnRequest = TurnRequest> {
+  readonly core: Scheduler<R>;
+  #waiters = new Map<R, (a: Assignment<R>) => void>();
+
+  constructor(core: Scheduler<R>) {
+    this.core = core;
+  }
+
+  acquire(request: R): Promise<Assignment<R>> {
+    return new Promise((resolve) => {
+      this.#waiters.set(request, resolve);
+      this.core.submit(request);
+      this.pump();
+    });
+  }
+
+  release(a: Assignment<R>): void {
+    this.core.release(a);
+    this.pump();
+  }
+
+  /** Sends the turn back to the queue; the returned promise resolves at its next dispatch. */
+  retry(a: Assignment<R>): Promise<Assignment<R>> {
+    return new Promise((resolve) => {
+      this.#waiters.set(a.request, resolve);
+      this.core.fail(a);
+      this.pump();
+    });
+  }
+
+  /** Dispatches whatever fits now; call after capacity changes too. */
+  pump(): void {
+    for (const a of this.core.poll()) {
+      const resolve = this.#waiters.get(a.request);
+      this.#waiters.delete(a.request);
+      resolve?.(a);
+    }
+  }
+}

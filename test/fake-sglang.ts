@@ -1,0 +1,189 @@
+/**
+ * A scripted server speaking SGLang's native protocol (the subset rollout uses), run as its own
+ * process so tests can kill it mid-run. The reply to a request is the script's text for that turn
+ * (the number of `<|im_start|>assistant` in the decoded input), tokenized with the given tokenizer,
+ * ending with `<|im_end|>` and cut at max_new_tokens. KV capacity is enforced like an engine does:
+ * a request waits until its input + max_new_tokens fit, then takes `msPerToken` per output token.
+ *
+ *   node dist/test/fake-sglang.js '<json FakeOptions>'   → prints `listening on http://…`
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { loadTokenizer } from '../src/rollout/tokenizer.js';
+
+export interface FakeOptions {
+  tokenizer: string;
+  /** KV tokens (max_total_num_tokens). */
+  capacity: number;
+  /** Texts per assistant turn; `byPrompt` entries win when `match` occurs in the prompt. */
+  turns: string[];
+  byPrompt?: { match: string; turns: string[] }[];
+  msPerToken?: number;
+  baseMs?: number;
+  modelPath?: string;
+}
+
+export interface FakeStats {
+  requests: number;
+  completed: number;
+  maxUsed: number;
+  reloads: string[];
+}
+
+/** Deterministic, distinct per position and token, so tests can check alignment. */
+export const fakeLogprob = (id: number, i: number): number => -((id % 89) + 1) / 100 - i / 1e6;
+
+async function serve(o: FakeOptions): Promise<void> {
+  const tk = await loadTokenizer(o.tokenizer);
+  const eos = tk.tokenToId('<|im_end|>')!;
+  let used = 0;
+  let running = 0;
+  const waiting: { need: number; go: () => void }[] = [];
+  const stats: FakeStats = { requests: 0, completed: 0, maxUsed: 0, reloads: [] };
+  let model = o.modelPath ?? 'fake-model';
+
+  const admit = (): void => {
+    while (waiting.length > 0 && (used + waiting[0].need <= o.capacity || running === 0)) {
+      const w = waiting.shift()!;
+      used += w.need;
+      running++;
+      stats.maxUsed = Math.max(stats.maxUsed, used);
+      w.go();
+    }
+  };
+
+  const body = (req: IncomingMessage): Promise<unknown> =>
+    new Promise((resolve, reject) => {
+      let s = '';
+      req.setEncoding('utf8');
+      req.on('data', (d) => {
+        s += d;
+      });
+      req.on('end', () => {
+        try {
+          resolve(JSON.parse(s || '{}'));
+        } catch (e) {
+          reject(e);
+        }
+      });
+    });
+  const json = (res: ServerResponse, status: number, value: unknown) => {
+    res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
+  };
+
+  const server = createServer(async (req, res) => {
+    try {
+      if (req.method === 'GET' && req.url === '/get_server_info') {
+        return json(res, 200, { max_total_num_tokens: o.capacity, model_path: model });
+      }
+      if (req.method === 'GET' && req.url === '/get_model_info') return json(res, 200, { model_path: model });
+      if (req.method === 'GET' && req.url === '/stats') return json(res, 200, stats);
+      if (req.method === 'GET' && req.url === '/metrics') {
+        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
+        return res.end(
+          `# TYPE sglang:num_used_tokens gauge\nsglang:num_used_tokens{model_name="${model}"} ${used}\n` +
+            `sglang:num_running_reqs{model_name="${model}"} ${running}\nsglang:num_queue_reqs ${waiting.length}\n`,
+        );
+      }
+      if (req.method === 'POST' && req.url === '/update_weights_from_disk') {
+        const b = (await body(req)) as { model_path?: string };
+        model = String(b.model_path);
+        stats.reloads.push(model);
+        await new Promise((r) => setTimeout(r, 50));
+        return json(res, 200, { success: true, message: 'ok' });
+      }
+      if (req.method === 'POST' && req.url === '/generate') {
+        const b = (await body(req)) as {
+          input_ids: number[];
+          sampling_params: { max_new_tokens: number };
+          return_logprob?: boolean;
+        };
+        stats.requests++;
+        const maxNew = b.sampling_params.max_new_tokens;
+        const text = tk.decode(b.input_ids);
+        const turn = text.split('<|im_start|>assistant').length - 2;
+        const script = o.byPrompt?.find((p) => text.includes(p.match))?.turns ?? o.turns;
+        const reply = script[Math.min(turn, script.length - 1)];
+        let ids = [...tk.encode(reply), eos];
+        const finish =
+          ids.length > maxNew ? { type: 'length', length: maxNew } : { type: 'stop', matched: eos };
+        ids = ids.slice(0, maxNew);
+        const need = b.input_ids.length + maxNew;
+        await new Promise<void>((go) => {
+          waiting.push({ need, go });
+          admit();
+        });
+        await new Promise((r) => setTimeout(r, (o.baseMs ?? 0) + (o.msPerToken ?? 0) * ids.length));
+        used -= need;
+        running--;
+        stats.completed++;
+        admit();
+        return json(res, 200, {
+          text: tk.decode(ids),
+          output_ids: ids,
+          meta_info: {
+            prompt_tokens: b.input_ids.length,
+            completion_tokens: ids.length,
+            finish_reason: finish,
+            output_token_logprobs: b.return_logprob
+              ? ids.map((id, i) => [fakeLogprob(id, i), id, null])
+              : undefined,
+          },
+        });
+      }
+      json(res, 404, { error: 'not found' });
+    } catch (error) {
+      json(res, 500, { error: String(error) });
+    }
+  });
+  server.keepAliveTimeout = 60_000;
+  server.listen(0, '127.0.0.1', () => {
+    const addr = server.address() as { port: number };
+    process.stderr.write(`listening on http://127.0.0.1:${addr.port}\n`);
+  });
+}
+
+export interface FakeServer {
+  url: string;
+  child: ChildProcess;
+  stats(): Promise<FakeStats>;
+  /** SIGKILL: connections drop mid-request, as when an engine crashes. */
+  kill(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Starts the fake server as a child process. */
+export async function startFakeSglang(options: FakeOptions): Promise<FakeServer> {
+  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), JSON.stringify(options)], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let log = '';
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+      log += d;
+      const m = /listening on (\S+)/.exec(log);
+      if (m) resolve(m[1]);
+    });
+    child.on('exit', (code) => reject(new Error(`fake-sglang exited ${code}: ${log}`)));
+  });
+  const stop = async (signal: NodeJS.Signals) => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill(signal);
+    await exited;
+  };
+  return {
+    url,
+    child,
+    async stats() {
+      return (await (await fetch(`${url}/stats`)).json()) as FakeStats;
+    },
+    kill: () => stop('SIGKILL'),
+    close: () => stop('SIGTERM'),
+  };
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  void serve(JSON.parse(process.argv[2]) as FakeOptions);
+}
