@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { Submission, SubmissionResult } from '../records/sandbox.js';
 
 export interface SandboxClientOptions {
@@ -136,22 +136,6 @@ export class SandboxClient {
   }
 }
 
-/** Key under which the server deduplicates a submission: its id plus what it runs. */
-export function submissionKey(submission: Submission): string | undefined {
-  if (submission.sub_id === undefined || submission.sub_id === null) return undefined;
-  const hash = createHash('sha1');
-  for (const part of [
-    String(submission.sub_id),
-    submission.type ?? 'python',
-    submission.solution,
-    submission.input ?? '',
-    submission.expected_output ?? '\u0000none',
-    JSON.stringify((submission as { options?: unknown }).options ?? null),
-  ]) {
-    hash.update(part);
-    hash.update('\u0000');
-  }
-  return hash.digest('hex');
-}
+export { submissionKey } from './key.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -1,0 +1,105 @@
+import { UsageError } from '../errors.js';
+import { integer, number, parse, program } from '../program.js';
+import { defaultOptions, LocalPool, type Runner } from '../sandbox/pool.js';
+import { createSandboxServer, listen } from '../sandbox/server.js';
+
+const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
+
+export async function run(argv: string[]): Promise<void> {
+  const cmd = program('sandbox-serve', 'isolated Python execution service (code-judge compatible API)')
+    .option('--host <host>', 'bind address (non-loopback requires --token)', '127.0.0.1')
+    .option('--port <n>', 'port (0 = any free port)', integer(0), 8088)
+    .option('--workers <n>', 'warm executors (default: 2 x CPUs)', integer(1))
+    .option('--timeout <s>', 'wall-clock limit per call, seconds', number(0.01, 3600), 10)
+    .option('--memory <mb>', 'memory per call, MiB', integer(16), 512)
+    .option('--output-chars <n>', 'stdout/stderr characters returned per call', integer(0), 1000)
+    .option('--queue-timeout <s>', 'queue wait before queue_timeout (/run, /run/batch)', number(0, 86400), 20)
+    .option('--max-queue <n>', 'queued short calls before refusing with queue_timeout', integer(1))
+    .option('--redis <url>', 'share one Redis queue with other sandbox-serve processes')
+    .option('--token <token>', 'require `Authorization: Bearer TOKEN` (env RSTAR_SANDBOX_TOKEN)');
+  if (!parse(cmd, argv)) return;
+  const o = cmd.opts<{
+    host: string;
+    port: number;
+    workers?: number;
+    timeout: number;
+    memory: number;
+    outputChars: number;
+    queueTimeout: number;
+    maxQueue?: number;
+    redis?: string;
+    token?: string;
+  }>();
+  const token = o.token ?? process.env.RSTAR_SANDBOX_TOKEN;
+  if (!LOOPBACK.has(o.host) && !token) {
+    throw new UsageError(`binding ${o.host} (not loopback) requires --token`);
+  }
+  const log = (line: string) => process.stderr.write(`${line}\n`);
+  const options = defaultOptions({
+    ...(o.workers !== undefined ? { workers: o.workers } : {}),
+    timeoutS: o.timeout,
+    memoryMb: o.memory,
+    outputChars: o.outputChars,
+    queueTimeoutS: o.queueTimeout,
+    ...(o.maxQueue !== undefined ? { maxQueue: o.maxQueue } : {}),
+    log,
+  });
+  const pool = new LocalPool(options);
+  let runner: Runner = pool;
+  let stopping = false;
+  const stopSignals = (handler: () => void) => {
+    process.once('SIGTERM', handler);
+    process.once('SIGINT', handler);
+  };
+  // Until the service is up, a SIGTERM still tears down executors and cgroups.
+  stopSignals(() => {
+    stopping = true;
+  });
+  await pool.start();
+  if (o.redis) {
+    const { RedisRunner } = await import('../sandbox/redis.js');
+    const redisRunner = new RedisRunner(o.redis, pool, { log });
+    await redisRunner.start();
+    runner = redisRunner;
+  }
+  const server = createSandboxServer({
+    host: o.host,
+    port: o.port,
+    token,
+    runner,
+    describe: () => ({
+      workers: options.workers,
+      isolation: pool.isolation.isolate ? 'namespaces' : 'degraded',
+      cgroup: pool.cgroupKind,
+      redis: Boolean(o.redis),
+    }),
+  });
+  const shutdown = async () => {
+    log('sandbox-serve: shutting down');
+    server.close();
+    server.closeIdleConnections();
+    await runner.close();
+    if (runner !== pool) await pool.close();
+    server.closeAllConnections();
+  };
+  if (stopping) {
+    await shutdown();
+    return;
+  }
+  const address = await listen(server, o.host, o.port);
+  log(
+    `sandbox-serve: ${options.workers} workers, isolation: ${pool.isolation.reason}; limits: ${pool.cgroupKind}`,
+  );
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  log(`listening on http://${host}:${address.port}`);
+  process.removeAllListeners('SIGTERM');
+  process.removeAllListeners('SIGINT');
+  await new Promise<void>((resolve) => {
+    stopSignals(() => {
+      shutdown().then(resolve, (error: Error) => {
+        log(`sandbox-serve: shutdown error: ${error.message}`);
+        resolve();
+      });
+    });
+  });
+}

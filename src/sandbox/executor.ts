@@ -1,0 +1,238 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { existsSync, lstatSync, readFileSync, readlinkSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import type { WorkerCgroup } from './cgroup.js';
+import { resolveInterpreter } from './python.js';
+
+/** The Python side lives next to the TypeScript sources (tsc does not copy it). */
+const ZYGOTE = fileURLToPath(new URL('../../../src/sandbox/zygote.py', import.meta.url));
+
+/** Modules model code imports; loaded once per executor so a call does not pay for them. */
+export const PRELOAD = ['math', 'itertools', 'fractions', 'collections', 'functools', 'numpy', 'sympy'];
+
+export interface ExecutorConfig {
+  index: number;
+  /** Unprivileged uid the calls of this executor run as (its own, so RLIMIT_NPROC is per worker). */
+  uid: number;
+  memoryMb: number;
+  outputChars: number;
+  outputLimitBytes: number;
+  nproc: number;
+  fsizeMb: number;
+  scratchMb: number;
+  scratchInodes: number;
+  isolate: boolean;
+  cgroup?: WorkerCgroup;
+}
+
+export interface RawRequest {
+  code: string;
+  input: string;
+  timeout: number;
+  mode: 'notebook' | 'script';
+  /** Characters of stdout kept (more than the response cap when a judge call compares output). */
+  keep?: number;
+}
+
+export interface RawResult {
+  exit: number;
+  cost: number;
+  timed_out: boolean;
+  output_exceeded: boolean;
+  stdout: string;
+  stderr: string;
+  error?: string;
+}
+
+export class ExecutorDied extends Error {
+  override name = 'ExecutorDied';
+}
+
+/** Whether per-call namespaces can be used here: bubblewrap present and running as root. */
+export function isolationSupport(): { isolate: boolean; reason: string } {
+  if (process.env.RSTAR_SANDBOX_NO_ISOLATION === '1')
+    return { isolate: false, reason: 'disabled by RSTAR_SANDBOX_NO_ISOLATION=1' };
+  if (process.getuid?.() !== 0)
+    return { isolate: false, reason: 'not running as root (namespaces need CAP_SYS_ADMIN)' };
+  const probe = spawnSync('bwrap', ['--version'], { encoding: 'utf8' });
+  if (probe.status !== 0) return { isolate: false, reason: 'bubblewrap (bwrap) not found' };
+  return { isolate: true, reason: `${probe.stdout.trim()}: private net, pid, mount, ipc, uts namespaces` };
+}
+
+function bwrapArgs(prefixes: string[]): string[] {
+  const args = ['--die-with-parent', '--unshare-net', '--unshare-pid', '--unshare-ipc', '--unshare-uts'];
+  args.push('--unshare-cgroup-try', '--hostname', 'sandbox');
+  for (const dir of ['/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32', '/etc']) {
+    if (!existsSync(dir)) continue;
+    if (lstatSync(dir).isSymbolicLink()) args.push('--symlink', readlinkSync(dir), dir);
+    else args.push('--ro-bind', dir, dir);
+  }
+  for (const prefix of prefixes) {
+    if (prefix.startsWith('/usr/') || prefix === '/usr') continue;
+    // Parents such as /root are 0700 on the host; the unprivileged uid must be able to traverse.
+    const parts = prefix.split('/').filter(Boolean);
+    for (let i = 1; i < parts.length; i += 1)
+      args.push('--perms', '0755', '--dir', `/${parts.slice(0, i).join('/')}`);
+    args.push('--ro-bind', prefix, prefix);
+  }
+  args.push('--dev', '/dev', '--proc', '/proc', '--tmpfs', '/tmp', '--dir', '/tmp');
+  args.push('--cap-add', 'ALL', '--clearenv');
+  return args;
+}
+
+const USER_ENV: Record<string, string> = {
+  HOME: '/tmp',
+  TMPDIR: '/tmp',
+  PATH: '/usr/local/bin:/usr/bin:/bin',
+  LANG: 'C.UTF-8',
+  LC_ALL: 'C.UTF-8',
+  OPENBLAS_NUM_THREADS: '1',
+  OMP_NUM_THREADS: '1',
+  MKL_NUM_THREADS: '1',
+  MPLBACKEND: 'Agg',
+  PYTHONIOENCODING: 'utf-8',
+};
+
+/**
+ * One warm Python interpreter (src/sandbox/zygote.py) that forks a sandboxed child per call.
+ * Calls go through one at a time; a length-prefixed JSON protocol on its stdin/stdout keeps
+ * user output (which travels on separate pipes) from ever being confused with control data.
+ */
+export class Executor {
+  readonly config: ExecutorConfig;
+  #child?: ChildProcess;
+  #buffer: Buffer = Buffer.alloc(0);
+  #waiting?: { resolve: (r: RawResult) => void; reject: (e: Error) => void };
+  #ready?: { resolve: () => void; reject: (e: Error) => void };
+  #nextId = 1;
+  #stderrTail = '';
+  onExit?: (executor: Executor) => void;
+  busy = false;
+  alive = false;
+
+  constructor(config: ExecutorConfig) {
+    this.config = config;
+  }
+
+  start(): Promise<void> {
+    const interp = resolveInterpreter();
+    const c = this.config;
+    const config = {
+      isolate: c.isolate,
+      uid: c.uid,
+      memory_mb: c.memoryMb,
+      output_chars: c.outputChars,
+      output_limit_bytes: c.outputLimitBytes,
+      nproc: c.nproc,
+      fsize_mb: c.fsizeMb,
+      scratch_mb: c.scratchMb,
+      scratch_inodes: c.scratchInodes,
+      scratch_dir: c.isolate ? '/tmp' : '/tmp',
+      env: USER_ENV,
+      preload: PRELOAD,
+    };
+    const python = [interp.executable, '-I', '-c', readFileSync(ZYGOTE, 'utf8'), JSON.stringify(config)];
+    const command = c.isolate ? ['bwrap', ...bwrapArgs(interp.prefixes), '--', ...python] : python;
+    // A shell joins the cgroup first so everything exec'd from it (and every fork) is inside.
+    const join = 'for f in $RSTAR_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"';
+    const env: NodeJS.ProcessEnv = {
+      PATH: process.env.PATH,
+      RSTAR_CGROUP_PROCS: c.cgroup?.procsFiles.join(' ') ?? '',
+      ...USER_ENV,
+    };
+    const child = spawn('/bin/sh', ['-c', join, 'rstar-sandbox', ...command], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env,
+    });
+    this.#child = child;
+    child.stdout?.on('data', (chunk: Buffer) => this.#onData(chunk));
+    child.stderr?.setEncoding('utf8').on('data', (text: string) => {
+      this.#stderrTail = (this.#stderrTail + text).slice(-4000);
+    });
+    child.stdin?.on('error', () => {});
+    child.on('exit', (code, signal) => this.#onExit(code, signal));
+    return new Promise((resolve, reject) => {
+      this.#ready = { resolve, reject };
+    });
+  }
+
+  run(request: RawRequest): Promise<RawResult> {
+    if (!this.alive || !this.#child?.stdin)
+      return Promise.reject(new ExecutorDied('executor is not running'));
+    this.busy = true;
+    const id = this.#nextId++;
+    const body = Buffer.from(JSON.stringify({ id, ...request }));
+    const header = Buffer.alloc(4);
+    header.writeUInt32BE(body.length);
+    this.#child.stdin.write(Buffer.concat([header, body]));
+    return new Promise((resolve, reject) => {
+      this.#waiting = {
+        resolve: (r) => {
+          this.busy = false;
+          resolve(r);
+        },
+        reject: (e) => {
+          this.busy = false;
+          reject(e);
+        },
+      };
+    });
+  }
+
+  /** SIGKILL: with bubblewrap's PID namespace this takes every process of the executor along. */
+  kill(): void {
+    this.#child?.kill('SIGKILL');
+    for (const pid of this.config.cgroup?.pids() ?? []) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {}
+    }
+  }
+
+  /** Whether the executor's process has been spawned and not yet exited. */
+  get running(): boolean {
+    return this.#child !== undefined && this.#child.exitCode === null && this.#child.signalCode === null;
+  }
+
+  get pid(): number | undefined {
+    return this.#child?.pid;
+  }
+
+  #onData(chunk: Buffer): void {
+    this.#buffer = this.#buffer.length === 0 ? chunk : Buffer.concat([this.#buffer, chunk]);
+    while (this.#buffer.length >= 4) {
+      const length = this.#buffer.readUInt32BE(0);
+      if (this.#buffer.length < 4 + length) break;
+      const message = JSON.parse(this.#buffer.toString('utf8', 4, 4 + length)) as Record<string, unknown>;
+      this.#buffer = this.#buffer.subarray(4 + length);
+      if (message.ready) {
+        this.alive = true;
+        const errors = message.preload_errors as string[];
+        if (errors.length > 0) process.stderr.write(`sandbox: preload failed: ${errors.join('; ')}\n`);
+        this.#ready?.resolve();
+        this.#ready = undefined;
+        continue;
+      }
+      const waiting = this.#waiting;
+      this.#waiting = undefined;
+      waiting?.resolve(message as unknown as RawResult);
+    }
+  }
+
+  #onExit(code: number | null, signal: string | null): void {
+    this.alive = false;
+    // Whatever the executor left behind (it should be nothing: PID namespace) goes too.
+    for (const pid of this.config.cgroup?.pids() ?? []) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {}
+    }
+    const why = `executor ${this.config.index} exited (${signal ?? code})${this.#stderrTail ? `: ${this.#stderrTail.trim().slice(-500)}` : ''}`;
+    this.#ready?.reject(new ExecutorDied(why));
+    this.#ready = undefined;
+    const waiting = this.#waiting;
+    this.#waiting = undefined;
+    waiting?.reject(new ExecutorDied(why));
+    this.onExit?.(this);
+  }
+}

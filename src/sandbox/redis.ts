@@ -1,0 +1,347 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { createClient } from 'redis';
+import type { Submission, SubmissionResult } from '../records/sandbox.js';
+import { submissionKey } from './key.js';
+import type { Metrics } from './metrics.js';
+import type { LocalPool, Runner } from './pool.js';
+import { failure } from './result.js';
+
+type Client = ReturnType<typeof createClient>;
+
+export interface RedisRunnerOptions {
+  log?: (line: string) => void;
+  /** Key prefix, so several services can share one Redis. */
+  prefix?: string;
+  /** How long results stay readable (dedup window), seconds. */
+  resultTtlS?: number;
+}
+
+interface Waiter {
+  submission: Submission;
+  startBy: number;
+  giveUpAt: number;
+  resolve: (result: SubmissionResult) => void;
+}
+
+/**
+ * Scale-out over one Redis: every `sandbox-serve --redis URL` enqueues the calls it receives on a
+ * shared stream and works that stream with its own executors (consumer group: each message goes
+ * to one worker). Delivery is at-least-once: a worker acknowledges a message only after storing
+ * its result, and messages a dead worker held are claimed by another after `timeout + 5 s`.
+ * Results are idempotent: stored once per submission key (`SET NX`), and a worker skips a call
+ * whose result exists. A call is answered `queue_timeout` only after the waiter atomically marks
+ * it expired (`SET NX` on its state key), which also prevents any worker from starting it later.
+ */
+export class RedisRunner implements Runner {
+  readonly metrics: Metrics;
+  #url: string;
+  #pool: LocalPool;
+  #log: (line: string) => void;
+  #prefix: string;
+  #resultTtlS: number;
+  #consumer = `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
+  #client!: Client;
+  #reader!: Client;
+  #subscriber!: Client;
+  #waiters = new Map<string, Waiter[]>();
+  #running = 0;
+  #closing = false;
+  #loops: Promise<void>[] = [];
+  #poller?: NodeJS.Timeout;
+  #wake?: () => void;
+
+  constructor(url: string, pool: LocalPool, options: RedisRunnerOptions = {}) {
+    this.#url = url;
+    this.#pool = pool;
+    this.metrics = pool.metrics;
+    this.#log = options.log ?? (() => {});
+    this.#prefix = options.prefix ?? 'rstar:sandbox';
+    this.#resultTtlS = options.resultTtlS ?? 3600;
+  }
+
+  get #stream() {
+    return `${this.#prefix}:jobs`;
+  }
+  get #group() {
+    return 'workers';
+  }
+  get #channel() {
+    return `${this.#prefix}:done:${this.#consumer}`;
+  }
+  #resultKey(id: string) {
+    return `${this.#prefix}:res:${id}`;
+  }
+  #stateKey(id: string) {
+    return `${this.#prefix}:state:${id}`;
+  }
+  get #claimIdleMs() {
+    return (this.#pool.options.timeoutS + 5) * 1000;
+  }
+
+  async start(): Promise<void> {
+    const onError = (error: Error) => this.#log(`sandbox redis: ${error.message}`);
+    this.#client = createClient({ url: this.#url });
+    this.#client.on('error', onError);
+    await this.#client.connect();
+    this.#reader = this.#client.duplicate();
+    this.#reader.on('error', onError);
+    await this.#reader.connect();
+    this.#subscriber = this.#client.duplicate();
+    this.#subscriber.on('error', onError);
+    await this.#subscriber.connect();
+    try {
+      await this.#client.xGroupCreate(this.#stream, this.#group, '0', { MKSTREAM: true });
+    } catch (error) {
+      if (!String(error).includes('BUSYGROUP')) throw error;
+    }
+    await this.#subscriber.subscribe(this.#channel, (id) => {
+      void this.#collect([id]);
+    });
+    this.#poller = setInterval(() => this.#poll(), 500);
+    this.#loops.push(this.#readLoop(), this.#claimLoop());
+  }
+
+  submit(submission: Submission, long: boolean): Promise<SubmissionResult> {
+    const id = submissionKey(submission) ?? randomUUID();
+    const o = this.#pool.options;
+    const now = Date.now();
+    const startBy = now + (long ? o.longQueueTimeoutS : o.queueTimeoutS) * 1000;
+    const waiter: Waiter & { promise?: Promise<SubmissionResult> } = {
+      submission,
+      startBy,
+      // A started call finishes within its timeout; re-delivery after a worker death adds one more.
+      giveUpAt: startBy + 2 * (o.timeoutS * 1000 + this.#claimIdleMs) + 10_000,
+      resolve: () => {},
+    };
+    const started = performance.now();
+    return new Promise<SubmissionResult>((resolve) => {
+      waiter.resolve = (result) => {
+        this.metrics.record(result.reason, (performance.now() - started) / 1000);
+        resolve({ ...result, sub_id: submission.sub_id ?? result.sub_id });
+      };
+      if ((submission.type ?? 'python') !== 'python') {
+        waiter.resolve(
+          failure(submission, 'invalid_input', 0, `unsupported type '${submission.type}' (only python)`),
+        );
+        return;
+      }
+      if (this.#closing) {
+        waiter.resolve(failure(submission, 'queue_timeout'));
+        return;
+      }
+      const list = this.#waiters.get(id);
+      if (list) {
+        list.push(waiter);
+        return;
+      }
+      this.#waiters.set(id, [waiter]);
+      this.#enqueue(id, submission, long, startBy).catch((error: Error) => {
+        this.#answer(id, failure(submission, 'internal_error', 0, `redis: ${error.message}`));
+      });
+    });
+  }
+
+  async #enqueue(id: string, submission: Submission, long: boolean, startBy: number): Promise<void> {
+    const existing = await this.#client.get(this.#resultKey(id));
+    if (existing) {
+      this.metrics.deduplicated += 1;
+      this.#answer(id, JSON.parse(existing) as SubmissionResult);
+      return;
+    }
+    // A retry of a call that expired unstarted earlier may run now.
+    const state = await this.#client.get(this.#stateKey(id));
+    if (state === 'expired') await this.#client.del(this.#stateKey(id));
+    if (!long && (await this.#client.xLen(this.#stream)) > this.#pool.options.maxQueue * 4) {
+      // Overload: answered at once, never started (the state key makes sure of that).
+      if (
+        (await this.#client.set(this.#stateKey(id), 'expired', { NX: true, EX: this.#resultTtlS })) === 'OK'
+      ) {
+        this.#answer(id, failure(submission, 'queue_timeout'));
+        return;
+      }
+    }
+    await this.#client.xAdd(this.#stream, '*', {
+      id,
+      submission: JSON.stringify(submission),
+      reply: this.#channel,
+      start_by: String(startBy),
+      long: long ? '1' : '0',
+    });
+  }
+
+  #answer(id: string, result: SubmissionResult): void {
+    const list = this.#waiters.get(id);
+    if (!list) return;
+    this.#waiters.delete(id);
+    for (const waiter of list) waiter.resolve(result);
+  }
+
+  async #collect(ids: string[]): Promise<void> {
+    const wanted = ids.filter((id) => this.#waiters.has(id));
+    if (wanted.length === 0) return;
+    const values = await this.#client.mGet(wanted.map((id) => this.#resultKey(id)));
+    values.forEach((value, i) => {
+      if (value) this.#answer(wanted[i], JSON.parse(value) as SubmissionResult);
+    });
+  }
+
+  /** Catches results whose notification was missed, and calls that waited too long. */
+  #poll(): void {
+    if (this.#waiters.size === 0) return;
+    const ids = [...this.#waiters.keys()];
+    void this.#collect(ids)
+      .then(async () => {
+        const now = Date.now();
+        for (const id of ids) {
+          const list = this.#waiters.get(id);
+          if (!list) continue;
+          const first = list[0];
+          if (now > first.giveUpAt) {
+            this.#answer(id, failure(first.submission, 'internal_error', 0, 'no worker answered in time'));
+          } else if (now > first.startBy) {
+            const ok = await this.#client.set(this.#stateKey(id), 'expired', {
+              NX: true,
+              EX: this.#resultTtlS,
+            });
+            if (ok === 'OK')
+              this.#answer(id, failure(first.submission, 'queue_timeout', (now - first.startBy) / 1000));
+          }
+        }
+      })
+      .catch((error: Error) => this.#log(`sandbox redis: poll: ${error.message}`));
+  }
+
+  #free(): number {
+    return Math.max(0, this.#pool.options.workers - this.#running);
+  }
+
+  async #waitForSlot(): Promise<void> {
+    while (!this.#closing && this.#free() === 0) {
+      await new Promise<void>((resolve) => {
+        this.#wake = resolve;
+      });
+    }
+  }
+
+  async #readLoop(): Promise<void> {
+    while (!this.#closing) {
+      await this.#waitForSlot();
+      if (this.#closing) break;
+      try {
+        const reply = (await this.#reader.xReadGroup(
+          this.#group,
+          this.#consumer,
+          { key: this.#stream, id: '>' },
+          { COUNT: this.#free(), BLOCK: 500 },
+        )) as { messages: { id: string; message: Record<string, string> }[] }[] | null;
+        for (const stream of reply ?? []) for (const m of stream.messages) this.#process(m.id, m.message);
+      } catch (error) {
+        if (this.#closing) break;
+        this.#log(`sandbox redis: read: ${(error as Error).message}`);
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  }
+
+  /** Re-delivery: messages held by a worker that died (unacknowledged for too long). */
+  async #claimLoop(): Promise<void> {
+    while (!this.#closing) {
+      await new Promise((r) => setTimeout(r, 1000));
+      if (this.#closing || this.#free() === 0) continue;
+      try {
+        const claimed = await this.#client.xAutoClaim(
+          this.#stream,
+          this.#group,
+          this.#consumer,
+          this.#claimIdleMs,
+          '0-0',
+          {
+            COUNT: this.#free(),
+          },
+        );
+        for (const m of claimed.messages) if (m) this.#process(m.id, m.message as Record<string, string>);
+      } catch (error) {
+        if (!this.#closing) this.#log(`sandbox redis: claim: ${(error as Error).message}`);
+      }
+    }
+  }
+
+  #process(messageId: string, message: Record<string, string>): void {
+    this.#running += 1;
+    this.#work(messageId, message)
+      .catch((error: Error) => this.#log(`sandbox redis: job ${message.id}: ${error.message}`))
+      .finally(() => {
+        this.#running -= 1;
+        this.#wake?.();
+      });
+  }
+
+  async #work(messageId: string, message: Record<string, string>): Promise<void> {
+    const { id, reply } = message;
+    const ack = () => this.#client.xAck(this.#stream, this.#group, messageId);
+    const resultKey = this.#resultKey(id);
+    if (await this.#client.exists(resultKey)) {
+      await this.#client.publish(reply, id);
+      await ack();
+      return;
+    }
+    const timeoutMs = this.#pool.options.timeoutS * 1000;
+    // The state key says who runs the call; it expires so a dead runner's call can run again.
+    const claim = await this.#client.set(this.#stateKey(id), `run:${this.#consumer}`, {
+      NX: true,
+      PX: timeoutMs + 3000,
+    });
+    if (claim !== 'OK') {
+      const state = await this.#client.get(this.#stateKey(id));
+      if (state === 'expired' || (await this.#client.exists(resultKey))) await ack();
+      // Otherwise another worker runs it now; the message stays pending until that settles.
+      return;
+    }
+    const submission = JSON.parse(message.submission) as Submission;
+    const result = await this.#pool.submit(submission, true);
+    const attempts = Number(message.attempts ?? '0') + 1;
+    if ((result.reason === 'internal_error' && attempts < 3) || result.reason === 'queue_timeout') {
+      // Not a real answer (this worker is shutting down or its executor died): let another try.
+      await this.#client.del(this.#stateKey(id));
+      if (!this.#closing) await ack().then(() => this.#requeue({ ...message, attempts: String(attempts) }));
+      return;
+    }
+    await this.#client.set(resultKey, JSON.stringify(result), { NX: true, EX: this.#resultTtlS });
+    await this.#client.publish(reply, id);
+    await ack();
+  }
+
+  async #requeue(message: Record<string, string>): Promise<void> {
+    await this.#client.xAdd(this.#stream, '*', message);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closing) return;
+    this.#closing = true;
+    this.#wake?.();
+    if (this.#poller) clearInterval(this.#poller);
+    // Calls this server started finish; queued ones stay in Redis for the other workers.
+    const deadline = Date.now() + (this.#pool.options.timeoutS + 2) * 1000;
+    while (this.#running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await Promise.allSettled(this.#loops);
+    for (const [id, list] of this.#waiters) {
+      // queue_timeout promises "never started"; only a call marked expired can keep that promise.
+      const ok = await this.#client
+        .set(this.#stateKey(id), 'expired', { NX: true, EX: this.#resultTtlS })
+        .catch(() => null);
+      for (const w of list) {
+        w.resolve(
+          failure(
+            w.submission,
+            ok === 'OK' ? 'queue_timeout' : 'internal_error',
+            0,
+            ok === 'OK' ? undefined : 'server shut down while the call ran elsewhere',
+          ),
+        );
+      }
+      this.#waiters.delete(id);
+    }
+    await Promise.allSettled([this.#client.quit(), this.#reader.quit(), this.#subscriber.quit()]);
+  }
+}

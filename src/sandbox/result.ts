@@ -1,0 +1,50 @@
+import type { Submission, SubmissionResult } from '../records/sandbox.js';
+import type { RawResult } from './executor.js';
+
+/** Exit code the executor uses when the sandbox itself could not be set up for a call. */
+const SETUP_FAILED = 125;
+
+export function subId(submission: Submission): string | number {
+  return submission.sub_id ?? '';
+}
+
+export function failure(submission: Submission, reason: string, cost = 0, stderr?: string): SubmissionResult {
+  return {
+    sub_id: subId(submission),
+    success: false,
+    run_success: false,
+    cost,
+    reason,
+    stdout: null,
+    stderr: stderr ?? null,
+  };
+}
+
+/**
+ * code-judge's result semantics: `run_success` = exited 0; `success` = run_success and, for a
+ * judge call, stdout equal to `expected_output` after stripping surrounding whitespace.
+ * A program that exits non-zero keeps reason "" (as code-judge) unless a limit explains it.
+ */
+export function toResult(submission: Submission, raw: RawResult, outputChars: number): SubmissionResult {
+  if (raw.error !== undefined || raw.exit === SETUP_FAILED) {
+    return failure(submission, 'internal_error', raw.cost ?? 0, raw.error ?? raw.stderr);
+  }
+  let reason = '';
+  if (raw.timed_out || raw.exit === -24 /* SIGXCPU: CPU-time rlimit */) reason = 'worker_timeout';
+  else if (raw.output_exceeded) reason = 'output_limit';
+  else if (raw.exit === -9 || (raw.exit !== 0 && /^MemoryError\b/m.test(raw.stderr))) reason = 'memory_limit';
+  const runSuccess = raw.exit === 0 && reason === '';
+  let success = runSuccess;
+  const expected = submission.expected_output;
+  if (success && expected !== undefined && expected !== null) success = raw.stdout.trim() === expected.trim();
+  return {
+    sub_id: subId(submission),
+    success,
+    run_success: runSuccess,
+    cost: raw.cost,
+    reason,
+    stdout:
+      raw.stdout.length > outputChars ? Array.from(raw.stdout).slice(0, outputChars).join('') : raw.stdout,
+    stderr: raw.stderr,
+  };
+}

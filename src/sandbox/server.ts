@@ -1,0 +1,196 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { z } from 'zod';
+import { BatchSubmission, Submission, type SubmissionResult } from '../records/sandbox.js';
+import type { Runner } from './pool.js';
+
+const MAX_BODY = 256 * 1024 * 1024;
+
+export interface ServerOptions {
+  host: string;
+  port: number;
+  token?: string;
+  runner: Runner;
+  /** Extra text for /health. */
+  describe?: () => Record<string, unknown>;
+  /** Submissions of one stream request that may run at once (back-pressure beyond it). */
+  streamWindow?: number;
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** code-judge's /judge answers carry no output. */
+function judgeView(r: SubmissionResult) {
+  return { sub_id: r.sub_id, success: r.success, run_success: r.run_success, cost: r.cost, reason: r.reason };
+}
+
+async function readBody(req: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY) throw new HttpError(413, `request body over ${MAX_BODY} bytes`);
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
+function parse<S extends z.ZodType>(schema: S, body: Buffer): z.output<S> {
+  let value: unknown;
+  try {
+    value = JSON.parse(body.toString('utf8'));
+  } catch (error) {
+    throw new HttpError(422, `invalid JSON: ${(error as Error).message}`);
+  }
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new HttpError(422, `${issue.path.map(String).join('.') || '(body)'}: ${issue.message}`);
+  }
+  return parsed.data;
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+const newId = () => crypto.randomUUID();
+
+/**
+ * The HTTP face of the sandbox: code-judge's routes and shapes, plus `POST /run/stream`
+ * (NDJSON submissions in, NDJSON results out in input order, as they complete), `/health`
+ * and `/metrics`.
+ */
+export function createSandboxServer(options: ServerOptions): Server {
+  const { runner, token } = options;
+  const window = options.streamWindow ?? 2048;
+  const withId = (s: Submission): Submission =>
+    s.sub_id === undefined || s.sub_id === null ? { ...s, sub_id: newId() } : s;
+
+  async function batch(req: IncomingMessage, long: boolean) {
+    const body = parse(BatchSubmission, await readBody(req));
+    if (body.submissions.length === 0) throw new HttpError(422, 'submissions: must not be empty');
+    const results = await Promise.all(body.submissions.map((s) => runner.submit(withId(s), long)));
+    const batchId = (body as { sub_id?: unknown }).sub_id ?? newId();
+    return { sub_id: batchId, results };
+  }
+
+  async function stream(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+    const pending: Promise<SubmissionResult>[] = [];
+    let next = 0;
+    let writing = Promise.resolve();
+    const flush = async () => {
+      while (next < pending.length) {
+        const result = await pending[next];
+        pending[next] = undefined as unknown as Promise<SubmissionResult>;
+        next += 1;
+        if (!res.write(`${JSON.stringify(result)}\n`)) await new Promise((r) => res.once('drain', r));
+      }
+    };
+    let partial = '';
+    let line = 0;
+    const take = (text: string) => {
+      line += 1;
+      if (text.trim() === '') return;
+      let submission: Submission;
+      try {
+        submission = parse(Submission, Buffer.from(text));
+      } catch (error) {
+        pending.push(
+          Promise.resolve({
+            sub_id: null,
+            success: false,
+            run_success: false,
+            cost: 0,
+            reason: 'invalid_input',
+            stdout: null,
+            stderr: `line ${line}: ${(error as Error).message}`,
+          }),
+        );
+        return;
+      }
+      pending.push(runner.submit(withId(submission), true));
+    };
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      const lines = (partial + chunk.toString('utf8')).split('\n');
+      partial = lines.pop() ?? '';
+      for (const text of lines) take(text);
+      writing = writing.then(flush);
+      // Back-pressure: stop reading while too many of this request's calls are unanswered.
+      while (pending.length - next > window) await Promise.race([pending[next], writing]);
+    }
+    if (partial !== '') take(partial);
+    writing = writing.then(flush);
+    await writing;
+    res.end();
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = (req.url ?? '/').split('?')[0];
+    if (req.method === 'GET' && (url === '/health' || url === '/ping')) {
+      return send(res, 200, { status: 'ok', ...(options.describe?.() ?? {}) });
+    }
+    if (token !== undefined && req.headers.authorization !== `Bearer ${token}`) {
+      throw new HttpError(401, 'missing or wrong bearer token');
+    }
+    if (req.method === 'GET' && url === '/metrics') {
+      const text = runner.metrics.text();
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
+      res.end(text);
+      return;
+    }
+    if (req.method !== 'POST') throw new HttpError(404, `no route ${req.method} ${url}`);
+    switch (url) {
+      case '/run':
+      case '/judge': {
+        const submission = withId(parse(Submission, await readBody(req)));
+        const result = await runner.submit(submission, false);
+        return send(res, 200, url === '/judge' ? judgeView(result) : result);
+      }
+      case '/run/batch':
+      case '/run/long-batch':
+        return send(res, 200, await batch(req, url.endsWith('long-batch')));
+      case '/judge/batch':
+      case '/judge/long-batch': {
+        const out = await batch(req, url.endsWith('long-batch'));
+        return send(res, 200, { sub_id: out.sub_id, results: out.results.map(judgeView) });
+      }
+      case '/run/stream':
+        return stream(req, res);
+      default:
+        throw new HttpError(404, `no route POST ${url}`);
+    }
+  }
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch((error: unknown) => {
+      const status = error instanceof HttpError ? error.status : 500;
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      send(res, status, { detail: (error as Error).message });
+    });
+  });
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 70_000;
+  server.requestTimeout = 0;
+  return server;
+}
+
+export function listen(server: Server, host: string, port: number): Promise<AddressInfo> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve(server.address() as AddressInfo));
+  });
+}

@@ -1,0 +1,391 @@
+# The warm executor of `rstar sandbox-serve`, started once per worker by src/sandbox/executor.ts
+# (inside bubblewrap when available) as `python -c <this file> <config-json>`.
+#
+# It imports what model code uses (sympy, numpy, ...) once, then for each request forks a fresh
+# child that runs the code, so a call costs a fork instead of an interpreter start and a sympy
+# import. The child lives in its own PID and mount namespace (a fresh tmpfs scratch dir and /proc),
+# drops to an unprivileged uid with hard rlimits it cannot raise, and is PID 1 of its namespace:
+# when it exits or is killed, the kernel kills every process it created (setsid daemons
+# included). This parent enforces wall time and output size by reading the pipes itself.
+#
+# Protocol on fd 0 (requests) / fd 1 (responses): 4-byte big-endian length + UTF-8 JSON.
+import os
+import sys
+
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
+os.environ.setdefault('OMP_NUM_THREADS', '1')
+os.environ.setdefault('MKL_NUM_THREADS', '1')
+
+import ast
+import builtins
+import ctypes
+import fractions  # noqa: F401  (pre-imported for user code)
+import io
+import itertools  # noqa: F401
+import json
+import math  # noqa: F401
+import resource
+import select
+import signal
+import struct
+import time
+import traceback
+
+CONFIG = json.loads(sys.argv[1])
+PRELOAD_ERRORS = []
+for name in CONFIG.get('preload', []):
+    try:
+        __import__(name)
+    except Exception as error:  # a missing optional module must not stop the service
+        PRELOAD_ERRORS.append(f'{name}: {error}')
+
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+
+CONTROL_IN = os.dup(0)
+CONTROL_OUT = os.dup(1)
+NULL = os.open('/dev/null', os.O_RDWR)
+os.dup2(NULL, 0)
+os.dup2(NULL, 1)
+
+
+def check(rc, what):
+    if rc != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f'{what}: {os.strerror(errno)}')
+
+
+def read_exact(n):
+    chunks = []
+    while n > 0:
+        chunk = os.read(CONTROL_IN, n)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b''.join(chunks)
+
+
+def send(message):
+    data = json.dumps(message).encode()
+    view = memoryview(struct.pack('>I', len(data)) + data)
+    while view:
+        view = view[os.write(CONTROL_OUT, view):]
+
+
+def vm_size():
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')
+
+
+ISOLATE = CONFIG['isolate']
+PIDNS = os.open('/proc/self/ns/pid', os.O_RDONLY) if ISOLATE else -1
+# Address space = what the warm interpreter already maps + the call's budget.
+AS_LIMIT = vm_size() + CONFIG['memory_mb'] * 1024 * 1024 if CONFIG['memory_mb'] > 0 else -1
+
+
+def set_limits(req):
+    timeout = req['timeout']
+    cpu = int(math.ceil(timeout)) + 1
+    limits = [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_NPROC, CONFIG['nproc']),
+        (resource.RLIMIT_FSIZE, CONFIG['fsize_mb'] * 1024 * 1024),
+        (resource.RLIMIT_NOFILE, 256),
+    ]
+    if AS_LIMIT > 0:
+        limits.append((resource.RLIMIT_AS, AS_LIMIT))
+    for which, value in limits:
+        resource.setrlimit(which, (value, value))
+
+
+def enter_sandbox(req):
+    """Runs in the child before user code; any failure ends the call as internal_error (exit 125)."""
+    if ISOLATE:
+        check(libc.unshare(CLONE_NEWNS), 'unshare(mount)')
+        check(libc.mount(b'none', b'/', None, MS_REC | MS_PRIVATE, None), 'make-private')
+        opts = f"size={CONFIG['scratch_mb']}m,nr_inodes={CONFIG['scratch_inodes']},mode=1777".encode()
+        check(libc.mount(b'tmpfs', b'/tmp', b'tmpfs', MS_NOSUID | MS_NODEV, opts), 'mount scratch')
+        check(libc.mount(b'proc', b'/proc', b'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC, None), 'mount proc')
+        if os.path.isdir('/dev/shm'):
+            check(libc.mount(b'tmpfs', b'/dev/shm', b'tmpfs', MS_NOSUID | MS_NODEV, b'size=16m,nr_inodes=64,mode=1777'), 'mount shm')
+    else:
+        os.setsid()
+    set_limits(req)
+    if ISOLATE:
+        uid = CONFIG['uid']
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 'no_new_privs')
+    # Set after the uid change, which clears it.
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    os.chdir(CONFIG['scratch_dir'])
+    os.environ.clear()
+    os.environ.update(CONFIG['env'])
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class CodeError(Exception):
+    """rStar2-Agent's tool template error text: `Type at line N: message\\n  <line>`."""
+
+    def __init__(self, error, code, offset=0):
+        lineno = getattr(error, 'lineno', None) if hasattr(error, 'lineno') else None
+        if lineno is None and not hasattr(error, 'lineno'):
+            tb = error.__traceback__
+            if tb is not None:
+                while tb.tb_next:
+                    tb = tb.tb_next
+                lineno = tb.tb_lineno
+        kind, message = type(error).__name__, str(error)
+        if lineno is not None and lineno != -1:
+            lineno += offset
+            lines = code.splitlines()
+            if 0 <= lineno - 1 < len(lines):
+                super().__init__(f'{kind} at line {lineno}: {message}\n  {lines[lineno - 1]}')
+                return
+        super().__init__(f'{kind}: {message}')
+
+
+def split_last_expression(code):
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as error:
+        raise CodeError(error, code) from None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = tree.body[-1]
+        lines = code.splitlines()
+        end = getattr(last, 'end_lineno', None) or last.lineno
+        return '\n'.join(lines[: last.lineno - 1]), '\n'.join(lines[last.lineno - 1 : end])
+    return code, None
+
+
+def run_notebook(code, scope):
+    """A notebook cell, as rStar2-Agent's released tool template runs one: the value of a
+    trailing expression is printed with repr; errors are one line on stderr and exit 1."""
+    try:
+        main, last = split_last_expression(code)
+        if main:
+            try:
+                exec(compile(main, '<string>', 'exec'), scope)
+            except Exception as error:
+                raise CodeError(error, main) from None
+        if last:
+            try:
+                value = eval(compile(last, '<string>', 'eval'), scope)
+                if value is not None:
+                    print(repr(value))
+            except Exception:
+                try:
+                    exec(compile(last, '<string>', 'exec'), scope)
+                except Exception as error:
+                    offset = len(main.splitlines()) if main else 0
+                    raise CodeError(error, last, offset) from None
+    except CodeError as error:
+        print(str(error), file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_script(code, scope):
+    """Plain `python script.py` semantics: uncaught errors print a traceback, exit 1."""
+    try:
+        exec(compile(code, '<string>', 'exec'), scope)
+    except Exception as error:
+        tb = error.__traceback__.tb_next if error.__traceback__ else None
+        traceback.print_exception(type(error), error, tb)
+        return 1
+    return 0
+
+
+def child_main(req, stdin_fd, out_w, err_w):
+    status = 125
+    try:
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 1024)
+        try:
+            enter_sandbox(req)
+        except BaseException as error:
+            os.write(2, f'sandbox setup failed: {error}\n'.encode())
+            os._exit(125)
+        sys.stdin = sys.__stdin__ = open(0, 'r', encoding='utf-8', errors='replace', closefd=False)
+        sys.stdout = sys.__stdout__ = open(1, 'w', encoding='utf-8', errors='backslashreplace', closefd=False)
+        sys.stderr = sys.__stderr__ = open(
+            2, 'w', encoding='utf-8', errors='backslashreplace', buffering=1, closefd=False
+        )
+        sys.argv = ['<string>']
+        scope = {'__name__': '__main__', '__file__': '<string>', '__builtins__': builtins}
+        try:
+            if req.get('mode') == 'script':
+                status = run_script(req['code'], scope)
+            else:
+                status = run_notebook(req['code'], scope)
+        except SystemExit as exit_:
+            code = exit_.code
+            if code is None:
+                status = 0
+            elif isinstance(code, int):
+                status = code & 0xFF
+            else:
+                print(code, file=sys.stderr)
+                status = 1
+        except KeyboardInterrupt:
+            status = 130
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()
+        except BaseException:
+            pass
+    except BaseException:
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+        status = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(status)
+
+
+def spawn_child(req, stdin_fd, out_w, err_w):
+    if ISOLATE:
+        # New PID namespace for the next child only; setns back so the next call can unshare again.
+        check(libc.unshare(CLONE_NEWPID), 'unshare(pid)')
+    try:
+        pid = os.fork()
+    except BaseException:
+        if ISOLATE:
+            check(libc.setns(PIDNS, CLONE_NEWPID), 'setns(pid)')
+        raise
+    if pid == 0:
+        child_main(req, stdin_fd, out_w, err_w)
+    if ISOLATE:
+        check(libc.setns(PIDNS, CLONE_NEWPID), 'setns(pid)')
+    return pid
+
+
+def kill_call(pid):
+    try:
+        if ISOLATE:
+            os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: takes every process with it
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def execute(req):
+    cap = max(CONFIG['output_chars'], int(req.get('keep') or 0))
+    keep_bytes = cap * 4 + 4
+    hard_limit = CONFIG['output_limit_bytes']
+    stdin_fd = os.memfd_create('stdin')
+    data = (req.get('input') or '').encode('utf-8', 'surrogatepass')
+    view = memoryview(data)
+    while view:
+        view = view[os.write(stdin_fd, view):]
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    start = time.perf_counter()
+    try:
+        pid = spawn_child(req, stdin_fd, out_w, err_w)
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+        os.close(stdin_fd)
+    deadline = start + req['timeout']
+    pidfd = os.pidfd_open(pid)
+    kept = {out_r: bytearray(), err_r: bytearray()}
+    total = 0
+    open_fds = [out_r, err_r]
+    timed_out = output_exceeded = False
+    exited_at = None
+    try:
+        while open_fds:
+            now = time.perf_counter()
+            if exited_at is None:
+                wait = deadline - now
+                if wait <= 0:
+                    timed_out = True
+                    kill_call(pid)
+                    exited_at = now
+                    continue
+                ready, _, _ = select.select(open_fds + [pidfd], [], [], wait)
+            else:
+                # The call is over; whatever is still buffered in the pipes is drained briefly.
+                grace = exited_at + 0.5 - now
+                if grace <= 0:
+                    break
+                ready, _, _ = select.select(open_fds, [], [], grace)
+                if not ready:
+                    break
+            for fd in ready:
+                if fd == pidfd:
+                    exited_at = time.perf_counter()
+                    if not ISOLATE:
+                        kill_call(pid)
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    open_fds.remove(fd)
+                    continue
+                total += len(chunk)
+                room = keep_bytes - len(kept[fd])
+                if room > 0:
+                    kept[fd] += chunk[:room]
+                if total > hard_limit and not output_exceeded:
+                    output_exceeded = True
+                    kill_call(pid)
+                    exited_at = time.perf_counter()
+        if exited_at is None:
+            exited_at = time.perf_counter()
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(pidfd)
+        for fd in (out_r, err_r):
+            os.close(fd)
+    cost = (exited_at or time.perf_counter()) - start
+    exit_code = os.waitstatus_to_exitcode(status)
+    return {
+        'id': req['id'],
+        'exit': exit_code,
+        'cost': cost,
+        'timed_out': timed_out,
+        'output_exceeded': output_exceeded,
+        'stdout': kept[out_r].decode('utf-8', 'replace')[:cap],
+        'stderr': kept[err_r].decode('utf-8', 'replace')[:cap],
+    }
+
+
+def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    send({'ready': True, 'isolate': ISOLATE, 'preload_errors': PRELOAD_ERRORS, 'as_limit': AS_LIMIT})
+    while True:
+        header = read_exact(4)
+        if header is None:
+            return
+        body = read_exact(struct.unpack('>I', header)[0])
+        if body is None:
+            return
+        req = json.loads(body)
+        try:
+            result = execute(req)
+        except Exception as error:
+            result = {'id': req.get('id'), 'error': f'{type(error).__name__}: {error}'}
+        send(result)
+
+
+main()
