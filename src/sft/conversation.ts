@@ -55,7 +55,19 @@ export class ConversationRenderer {
   /** Text of one assistant turn as the model writes it after the generation prompt (no EOS). */
   assistantText(content: string, toolCalls: ToolCall[] = []): string {
     let text = content;
-    if (this.#opened !== undefined && text.startsWith(this.#opened)) text = text.slice(this.#opened.length);
+    const opened = this.#opened;
+    if (opened !== undefined) {
+      if (text.startsWith(opened)) text = text.slice(opened.length);
+      const close = `</${opened.slice(1)}`;
+      if (!text.includes(close)) {
+        // A source written for plain chat templates: close the tag the generation prompt opened
+        // and, for rStar2 (`<reason>`), put a final reply into the answer block it asks for.
+        const answer = text.indexOf('<answer>');
+        if (toolCalls.length > 0 || opened !== '<reason>') text = `${text.trimEnd()}${close}`;
+        else if (answer >= 0) text = `${text.slice(0, answer).trimEnd()}${close}\n${text.slice(answer)}`;
+        else text = `${close}\n<answer>${text.trim()}</answer>`;
+      }
+    }
     for (const call of toolCalls) {
       const args = this.#tojson.render({ value: call.arguments });
       text += `\n<tool_call>\n{"name": "${call.name}", "arguments": ${args}}\n</tool_call>`;

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# SFT stage of the tiny embedded model: the synthetic tool-use curriculum, model-init, SFT with
+# one resident train-step process, then a held-out evaluation through the real pipeline
+# (engine-serve + sandbox-serve + rollout + verify), greedy and at temperature 1.
+#
+#   bash recipes/sft.sh [OUT]          # OUT defaults to runs/sft
+#   RSTAR_SFT_QUICK=1 bash recipes/sft.sh /tmp/sft-ci   # CI: a minute or two, checks the loop runs
+#
+# Sizes come from environment variables (defaults in brackets):
+#   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [3000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
+#   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [3e-3]
+#   RSTAR_SFT_WARMUP [20]  RSTAR_SFT_SECONDS [480: wall-clock budget of the training loop]
+#   RSTAR_SFT_MAX_STEPS [0: no limit]  RSTAR_SFT_CKPT_EVERY [50]  RSTAR_SFT_EVAL_N [4: samples per
+#   problem at temperature 1]  RSTAR_SFT_DATA [reuse a built data folder]  RSTAR_SFT_PYTHON [1: run the
+#   curriculum's code with a plain python3 instead of the embedded sandbox when set to 1]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=recipes/lib.sh
+source recipes/lib.sh
+
+OUT=${1:-${RSTAR_SFT_OUT:-runs/sft}}
+QUICK=${RSTAR_SFT_QUICK:-0}
+if [[ $QUICK == 1 ]]; then
+  : "${RSTAR_SFT_TRAIN:=48}" "${RSTAR_SFT_TEST:=4}" "${RSTAR_SFT_SECONDS:=40}" "${RSTAR_SFT_MAX_STEPS:=3}"
+  : "${RSTAR_SFT_EVAL_N:=1}" "${RSTAR_SFT_CKPT_EVERY:=2}" "${RSTAR_SFT_EVAL_TOKENS:=64}"
+fi
+CURRICULUM=${RSTAR_SFT_CURRICULUM:-mix}
+TRAIN=${RSTAR_SFT_TRAIN:-3000}
+TEST=${RSTAR_SFT_TEST:-100}
+SEED=${RSTAR_SFT_SEED:-0}
+CONFIG=${RSTAR_SFT_CONFIG:-fixtures/tiny/config.json}
+BATCH=${RSTAR_SFT_BATCH:-8}
+LR=${RSTAR_SFT_LR:-3e-3}
+WARMUP=${RSTAR_SFT_WARMUP:-20}
+SECONDS_BUDGET=${RSTAR_SFT_SECONDS:-480}
+MAX_STEPS=${RSTAR_SFT_MAX_STEPS:-0}
+CKPT_EVERY=${RSTAR_SFT_CKPT_EVERY:-50}
+EVAL_N=${RSTAR_SFT_EVAL_N:-4}
+EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-256}
+
+mkdir -p "$OUT"
+RSTAR=(node bin/rstar.js)
+[[ -f dist/src/cli.js ]] || npx tsc -p .
+
+# 1. Data: demonstrations (every program run for real) + disjoint train/test problems.
+DATA=${RSTAR_SFT_DATA:-$OUT/data}
+if [[ ! -s $DATA/sft.jsonl ]]; then
+  runner=()
+  [[ ${RSTAR_SFT_PYTHON:-0} == 1 ]] && runner=(--python)
+  step "sft-data --synthetic $CURRICULUM --train $TRAIN --test $TEST"
+  "${RSTAR[@]}" sft-data --synthetic "$CURRICULUM" --train "$TRAIN" --test "$TEST" --seed "$SEED" \
+    "${runner[@]}" --out "$DATA"
+fi
+
+# 2. A fresh tiny model.
+step "model-init $CONFIG"
+rm -rf "$OUT/init" "$OUT/ckpt"
+"${RSTAR[@]}" model-init --config "$CONFIG" --out "$OUT/init" --seed "$SEED" >"$OUT/init.json"
+
+# 3. SFT: one resident train-step; we send a batch, read its Step record, and stop at the budget.
+step "train-step --loss sft (batch $BATCH, lr $LR, ${SECONDS_BUDGET}s budget)"
+: >"$OUT/metrics.jsonl"
+coproc TRAIN { "${RSTAR[@]}" train-step --loss sft --follow --model "$OUT/init" --out "$OUT/ckpt" \
+  --lr "$LR" --warmup-steps "$WARMUP" --seed "$SEED" 2>"$OUT/train.log"; }
+train_in=${TRAIN[1]}
+train_out=${TRAIN[0]}
+train_pid=$TRAIN_PID
+start=$(date +%s.%N)
+steps=0
+epoch=0
+done_training=0
+while [[ $done_training == 0 ]]; do
+  shuffled="$OUT/epoch.jsonl"
+  shuffle_lines "$DATA/sft.jsonl" "$((SEED + epoch))" >"$shuffled"
+  epoch=$((epoch + 1))
+  batch=()
+  while IFS= read -r line; do
+    batch+=("$line")
+    (( ${#batch[@]} < BATCH )) && continue
+    printf '%s\n' "${batch[@]}" '{"v":1,"end_batch":true}' >&"$train_in"
+    batch=()
+    IFS= read -r record <&"$train_out" || die "train-step exited early: $(tail -n 5 "$OUT/train.log")"
+    steps=$((steps + 1))
+    now=$(date +%s.%N)
+    elapsed=$(awk -v a="$start" -v b="$now" 'BEGIN { printf "%.3f", b - a }')
+    # metrics.jsonl: the Step record plus wall-clock elapsed and tokens/s of the step.
+    node -e 'const r = JSON.parse(process.argv[1]); r.elapsed = Number(process.argv[2]);
+      r.tokens_per_s = r.tokens / r.seconds; process.stdout.write(JSON.stringify(r) + "\n");' \
+      "$record" "$elapsed" >>"$OUT/metrics.jsonl"
+    log "step $steps  loss $(json_field "$record" loss)  ${elapsed}s"
+    if (( steps % CKPT_EVERY == 0 )); then rm -rf "$OUT/ckpt-$steps"; cp -r "$OUT/ckpt" "$OUT/ckpt-$steps"; fi
+    if awk -v e="$elapsed" -v b="$SECONDS_BUDGET" 'BEGIN { exit !(e >= b) }' ||
+      { (( MAX_STEPS > 0 )) && (( steps >= MAX_STEPS )); }; then
+      done_training=1
+      break
+    fi
+  done <"$shuffled"
+done
+exec {train_in}>&-
+wait "$train_pid" || die "train-step failed: $(tail -n 5 "$OUT/train.log")"
+rm -f "$OUT/epoch.jsonl"
+log "trained $steps steps ($epoch epochs started) in ${elapsed}s"
+
+# 4. Held-out evaluation with the real pipeline: embedded engine-serve + sandbox-serve, rollout, verify.
+evaluate() { # NAME TEMPERATURE N
+  local name=$1 temperature=$2 n=$3
+  step "rollout $name (temperature $temperature, n $n) on $(wc -l <"$DATA/test-problems.jsonl") held-out problems"
+  "${RSTAR[@]}" rollout --problems "$DATA/test-problems.jsonl" --model "$OUT/ckpt" --n "$n" \
+    --temperature "$temperature" --seed "$SEED" --max-tokens "$EVAL_TOKENS" --max-turns 3 \
+    --out "$OUT/eval-$name.jsonl.tmp"
+  mv "$OUT/eval-$name.jsonl.tmp" "$OUT/eval-$name.jsonl"
+  node dist/src/sft/eval-summary.js "$name" "$OUT/eval-$name.jsonl" | tee -a "$OUT/eval.jsonl"
+}
+: >"$OUT/eval.jsonl"
+evaluate greedy 0 1
+evaluate sampled 1 "$EVAL_N"
+log "done: $OUT/metrics.jsonl, $OUT/eval.jsonl"

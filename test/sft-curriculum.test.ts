@@ -1,0 +1,121 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { Problem } from '../src/records/problem.js';
+import { TrainRecord } from '../src/records/trajectory.js';
+import { loadProtocol, type ProtocolContext, promptIds } from '../src/rollout/protocol.js';
+import { ConversationRenderer } from '../src/sft/conversation.js';
+import { CURRICULA, demonstrations, FAMILIES, isTestPrompt, split } from '../src/sft/curriculum/index.js';
+import { embeddedRunner, type ToolRunner } from '../src/sft/tool-runner.js';
+import { lines, ROOT, rstar } from './helpers.js';
+
+let ctx: ProtocolContext;
+let runner: ToolRunner;
+let dir: string;
+
+before(async () => {
+  ctx = await loadProtocol(`${ROOT}fixtures/tiny`);
+  runner = await embeddedRunner();
+  dir = mkdtempSync(join(tmpdir(), 'rstar-curriculum-'));
+});
+after(async () => {
+  await runner.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('synthetic curriculum', () => {
+  it('gives seeded, duplicate-free, disjoint train and test sets', () => {
+    for (const name of CURRICULA) {
+      const a = split(name, { train: 150, test: 40, seed: 7 });
+      const b = split(name, { train: 150, test: 40, seed: 7 });
+      assert.deepEqual(a, b, name);
+      assert.equal(a.train.length, 150);
+      assert.equal(a.test.length, 40);
+      const train = new Set(a.train.map((t) => t.prompt));
+      assert.equal(train.size, 150, `${name}: duplicate train prompts`);
+      assert.ok(
+        a.test.every((t) => !train.has(t.prompt)),
+        `${name}: test prompt in train`,
+      );
+      // The split is a function of the prompt, so even another seed's train set never holds them.
+      const other = split(name, { train: 300, test: 0, seed: 8 });
+      assert.ok(other.train.every((t) => !isTestPrompt(t.prompt)));
+      assert.ok(a.test.every((t) => isTestPrompt(t.prompt)));
+    }
+  });
+
+  it('answers are right: each family’s programs, run in the sandbox, print the computed answer', async () => {
+    const tasks = Object.keys(FAMILIES).flatMap((name) => split(name, { train: 6, test: 0, seed: 1 }).train);
+    const results = await runner.run(tasks.map((t) => ({ code: t.code, input: t.input })));
+    tasks.forEach((t, i) => {
+      assert.equal(results[i].run_success, true, `${t.prompt}: ${results[i].stderr}`);
+      assert.equal((results[i].stdout ?? '').trim(), t.answer, t.prompt);
+    });
+  });
+
+  it('demonstrations are rollout trajectories: rStar2 format, real tool output, masks, fixed errors', async () => {
+    const renderer = new ConversationRenderer(ctx);
+    const tasks = split('mix', { train: 12, test: 0, seed: 3 }).train;
+    const { records, failedFirst } = await demonstrations(tasks, runner, renderer, {
+      errorRate: 0.5,
+      seed: 3,
+      name: 'mix',
+    });
+    assert.equal(records.length, tasks.length);
+    assert.ok(failedFirst > 0, 'some first calls fail');
+    records.forEach((r, i) => {
+      TrainRecord.parse(r);
+      assert.deepEqual(r.prompt_ids, promptIds(tasks[i].prompt, ctx));
+      assert.ok(r.text.endsWith(`<answer>\\boxed{${tasks[i].answer}}</answer><|im_end|>`), r.text);
+      assert.match(
+        r.text,
+        /^[^<]+<\/reason>\n<tool_call>\n\{"name": "python_code_with_standard_io", "arguments": /,
+      );
+      // Every tool response is environment (mask 0); everything the model writes is 1.
+      const masked = r.response_ids.filter((_, j) => r.loss_mask[j] === 0);
+      const env = ctx.tokenizer.decode(masked);
+      assert.ok(env.includes('<tool_response>\nTool call success\nstdout: '), env);
+      assert.ok(
+        !ctx.tokenizer
+          .decode(r.response_ids.filter((_, j) => r.loss_mask[j] === 1))
+          .includes('<tool_response>'),
+      );
+    });
+    const fixed = records.filter((r) => r.text.includes('Tool call failure'));
+    assert.equal(fixed.length, failedFirst);
+    for (const r of fixed) {
+      assert.match(r.text, /(NameError|SyntaxError)/);
+      assert.match(r.text, /The code has an error\. I will fix it\.<\/reason>/);
+    }
+  });
+
+  it('rstar sft-data --synthetic writes demonstrations and held-out problems', async () => {
+    const out = join(dir, 'data');
+    const res = await rstar([
+      'sft-data',
+      '--synthetic',
+      'stdin',
+      '--train',
+      '8',
+      '--test',
+      '5',
+      '--seed',
+      '2',
+      '--out',
+      out,
+    ]);
+    assert.equal(res.code, 0, res.stderr);
+    const sft = lines<TrainRecord>(readFileSync(join(out, 'sft.jsonl'), 'utf8'));
+    assert.equal(sft.length, 8);
+    for (const r of sft) TrainRecord.parse(r);
+    const test = lines(readFileSync(join(out, 'test-problems.jsonl'), 'utf8')).map((p) => Problem.parse(p));
+    const train = lines(readFileSync(join(out, 'train-problems.jsonl'), 'utf8')).map((p) => Problem.parse(p));
+    assert.equal(test.length, 5);
+    assert.ok(test.every((p) => !train.some((q) => q.prompt === p.prompt)));
+    const bad = await rstar(['sft-data', '--synthetic', 'nope']);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /unknown curriculum 'nope'/);
+  });
+});
