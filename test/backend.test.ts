@@ -136,7 +136,8 @@ describe('backend: model-init and train-step CLIs', () => {
     assert.equal(s1.sequences, 4);
     assert.equal(s1.tokens, 24);
     assert.ok(s1.loss > 3 && s1.loss < 6, `loss ${s1.loss} near ln(96)`);
-    assert.ok(existsSync(join(m1, 'trainer_state.pt')));
+    assert.ok(existsSync(join(m1, 'optimizer.safetensors')));
+    assert.equal(JSON.parse(readFileSync(join(m1, 'trainer_state.json'), 'utf8')).step, 1);
     assert.ok(existsSync(join(m1, 'chat_template.jinja')));
     const r2 = await rstar(
       ['train-step', '--loss', 'sft', '--model', m1, '--out', m2, '--lr', '1e-3'],
@@ -179,18 +180,10 @@ describe('backend: model-init and train-step CLIs', () => {
   test('2 data-parallel processes give the same update as 1', async () => {
     const one = join(dir, 'dp1');
     const two = join(dir, 'dp2');
-    const args = [
-      'train-step',
-      '--loss',
-      'grpo',
-      '--model',
-      m0,
-      '--lr',
-      '1e-3',
-      '--micro-batch-tokens',
-      '12',
-      data,
-    ];
+    // SGD, so the weights compare the gradients themselves (AdamW's first step is sign-like);
+    // small micro-batches, so accumulation and the all-reduce are both exercised
+    const args = ['train-step', '--loss', 'grpo', '--model', m0, '--optimizer', 'sgd', '--lr', '1'];
+    args.push('--micro-batch-tokens', '12', data);
     const r1 = await rstar([...args, '--out', one]);
     const r2 = await rstar([...args, '--out', two, '--nproc', '2']);
     assert.equal(r1.code, 0, r1.stderr);
@@ -199,10 +192,10 @@ describe('backend: model-init and train-step CLIs', () => {
     const [s2] = lines<{ loss: number; grad_norm: number; world_size: number }>(r2.stdout);
     assert.equal(s2.world_size, 2);
     assert.ok(Math.abs(s1.loss - s2.loss) < 1e-6, `${s1.loss} vs ${s2.loss}`);
-    assert.ok(Math.abs(s1.grad_norm - s2.grad_norm) < 1e-5);
+    assert.ok(Math.abs(s1.grad_norm - s2.grad_norm) < 1e-6);
     const diff = await weightDiff(one, two);
     assert.ok(diff < 1e-6, `max weight difference ${diff}`);
-    assert.ok((await weightDiff(m0, one)) > 1e-4, 'the step changed the weights');
+    assert.ok((await weightDiff(m0, one)) > 1e-3, 'the step changed the weights');
   });
 
   test('bad input: clear messages, non-zero exit', async () => {

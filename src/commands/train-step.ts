@@ -14,6 +14,7 @@ interface Options {
   model: string;
   out: string;
   lr: number;
+  optimizer: string;
   follow?: boolean;
   warmupSteps: number;
   weightDecay: number;
@@ -40,6 +41,7 @@ function backendArgs(o: Options): string[] {
     if (value !== undefined) args.push(name, String(value));
   };
   flag('--lr', o.lr);
+  flag('--optimizer', o.optimizer);
   flag('--warmup-steps', o.warmupSteps);
   flag('--weight-decay', o.weightDecay);
   flag('--max-grad-norm', o.maxGradNorm);
@@ -93,12 +95,13 @@ export async function run(argv: string[]): Promise<void> {
   const cmd = program('train-step', 'one optimiser step (SFT or GRPO) per batch on the PyTorch backend')
     .argument('[file]', 'NDJSON trajectory-shaped records (default: stdin)')
     .requiredOption('--loss <kind>', 'sft | grpo')
-    .requiredOption('--model <dir>', 'checkpoint to start from (its trainer_state.pt continues AdamW)')
+    .requiredOption('--model <dir>', 'checkpoint to start from (its optimizer.safetensors continues AdamW)')
     .requiredOption('--out <dir>', 'checkpoint to write; `{step}` in it becomes the step number')
     .option('--lr <x>', 'peak learning rate', number(0), 1e-6)
     .option('--follow', 'stay resident: one step per batch; an empty line or {"end_batch":true} ends a batch')
     .option('--warmup-steps <n>', 'linear LR warm-up over the first N steps', integer(0), 0)
-    .option('--weight-decay <x>', 'AdamW weight decay', number(0), 0.01)
+    .option('--optimizer <name>', 'adamw | sgd (sgd: the update is lr * gradient)', 'adamw')
+    .option('--weight-decay <x>', 'weight decay', number(0), 0.01)
     .option('--max-grad-norm <x>', 'clip the global gradient norm (0: no clipping)', number(0), 1.0)
     .option('--clip-low <x>', 'GRPO: lower clip of the ratio (1 - x)', number(0, 1), 0.2)
     .option('--clip-high <x>', 'GRPO: upper clip of the ratio (1 + x)', number(0), 0.28)
@@ -125,6 +128,9 @@ export async function run(argv: string[]): Promise<void> {
   const o = cmd.opts<Options>();
   if (o.loss !== 'sft' && o.loss !== 'grpo')
     throw new UsageError(`--loss: expected sft or grpo, got '${o.loss}'`);
+  if (o.optimizer !== 'adamw' && o.optimizer !== 'sgd') {
+    throw new UsageError(`--optimizer: expected adamw or sgd, got '${o.optimizer}'`);
+  }
   if (o.oldLogprobs !== 'recompute' && o.oldLogprobs !== 'rollout') {
     throw new UsageError(`--old-logprobs: expected recompute or rollout, got '${o.oldLogprobs}'`);
   }
@@ -142,16 +148,14 @@ export async function run(argv: string[]): Promise<void> {
     stdout: 'pipe',
     stderr: 'pipe',
   });
-  const peers = world
-    .slice(1)
-    .map((env) =>
-      execa(python, args, {
-        env: { ...backendEnv(), ...env },
-        reject: false,
-        stdin: 'ignore',
-        stdout: 'ignore',
-      }),
-    );
+  const peers = world.slice(1).map((env) =>
+    execa(python, args, {
+      env: { ...backendEnv(), ...env },
+      reject: false,
+      stdin: 'ignore',
+      stdout: 'ignore',
+    }),
+  );
   const stopPeers = async () => {
     for (const peer of peers) peer.kill('SIGTERM');
     await Promise.all(peers);
@@ -200,10 +204,14 @@ export async function run(argv: string[]): Promise<void> {
     }
   } catch (error) {
     child.kill('SIGTERM');
-    await child;
+    const result = await child;
     await stopPeers();
     if (error instanceof SyntaxError)
       throw new DataError(`${source}: invalid end_batch line: ${error.message}`);
+    // a write that failed because the backend died (bad checkpoint, ...): report the backend's reason
+    if (!(error instanceof DataError) && result.exitCode !== 0 && result.exitCode !== undefined) {
+      throw new DataError(backendMessage(String(result.stderr), String(error)));
+    }
     throw error;
   }
   if (total === 0) {

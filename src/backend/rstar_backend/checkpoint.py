@@ -175,7 +175,7 @@ def save_model(model, folder, dtype=None, max_shard_bytes=None):
         total += n
     # Remove the other layout's files so a folder never holds two disagreeing sets of weights.
     for name in os.listdir(folder):
-        if name.endswith(".safetensors") or name == INDEX:
+        if (name.startswith("model") and name.endswith(".safetensors")) or name == INDEX:
             os.remove(os.path.join(folder, name))
     if len(shards) == 1:
         save_safetensors(shards[0], os.path.join(folder, SINGLE))

@@ -301,43 +301,68 @@ class Engine:
     def _prefill(self, r):
         P = len(r.input_ids)
         ids = torch.tensor([r.input_ids], dtype=torch.long, device=self.device)
-        logits = self.model(ids, cache=PrefillCache(self.pool, r.slots[:P]))[0].float()
+        # as SGLang: logprob_start_len -1 (the default) means from the last prompt token; the first
+        # prompt token has no log-prob (None). Logits are computed only from where they are needed.
+        start = min(r.logprob_start_len, P - 1) if r.logprob_start_len >= 0 else P - 1
+        lo = max(0, start - 1) if r.return_logprob else P - 1
+        at = torch.arange(lo, P, device=self.device)[None]
+        logits = self.model(ids, cache=PrefillCache(self.pool, r.slots[:P]), logits_at=at)[0].float()
         self.prompt_tokens_total += P
         if r.return_logprob:
-            # as SGLang: -1 (the default) means from the last prompt token; 0 gives [None, id, None] first
-            start = min(r.logprob_start_len, P - 1) if r.logprob_start_len >= 0 else P - 1
-            lp = token_logprobs(logits[:-1], ids[0, 1:]).tolist() if P > 1 else []
-            values = [None] + lp
-            r.in_logprobs = [[values[i], r.input_ids[i], None] for i in range(start, P)]
+            # logits[j] predicts token lo + j + 1
+            lp = token_logprobs(logits[:-1], ids[0, lo + 1:]).tolist() if P > 1 else []
+            value = {lo + 1 + j: v for j, v in enumerate(lp)}
+            r.in_logprobs = [[value.get(i), r.input_ids[i], None] for i in range(start, P)]
         if r.max_new == 0:
             self._finish(r, {"type": "length", "length": 0})
             return
         self._accept(r, logits[-1])
 
+    def _slot_table(self, rs):
+        """(B, longest reservation) slot indices of the running requests, rebuilt only when they change."""
+        key = tuple(id(r) for r in rs)
+        if getattr(self, "_table_key", None) != key:
+            width = max(r.slots.numel() for r in rs)
+            table = torch.zeros((len(rs), width), dtype=torch.long, device=self.device)
+            for i, r in enumerate(rs):
+                table[i, :r.slots.numel()] = r.slots
+            self._table_key, self._table = key, table
+        return self._table
+
     def _decode(self):
         rs = self.running
-        lens = [len(r.input_ids) + len(r.output) for r in rs]  # tokens in cache after this step
-        L = max(lens)
+        table = self._slot_table(rs)
+        lens = torch.tensor([len(r.input_ids) + len(r.output) for r in rs], device=self.device)  # after this step
+        L = int(lens.max())
         ids = torch.tensor([[r.output[-1]] for r in rs], dtype=torch.long, device=self.device)
-        positions = torch.tensor([[n - 1] for n in lens], dtype=torch.long, device=self.device)
-        write = torch.stack([r.slots[n - 1] for r, n in zip(rs, lens)])
-        gather = torch.zeros((len(rs), L), dtype=torch.long, device=self.device)
-        for i, (r, n) in enumerate(zip(rs, lens)):
-            gather[i, :n] = r.slots[:n]
-        mask = (torch.arange(L, device=self.device)[None, :] < torch.tensor(lens, device=self.device)[:, None])
-        logits = self.model(ids, positions, DecodeCache(self.pool, write, gather, mask[:, None, None, :]))
+        positions = (lens - 1)[:, None]
+        write = table.gather(1, positions)[:, 0]
+        mask = torch.arange(L, device=self.device)[None, :] < lens[:, None]
+        logits = self.model(ids, positions, DecodeCache(self.pool, write, table[:, :L], mask[:, None, None, :]))
         logits = logits[:, -1].float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        greedy = torch.argmax(logits, dim=-1).tolist()
+        # plain sampling (temperature 1, no top-k/top-p, no seed) for the whole batch in one call
+        plain = [i for i, r in enumerate(rs) if r.temperature == 1.0 and r.top_k <= 0 and r.top_p >= 1.0
+                 and r.generator is None]
+        drawn = {}
+        if plain:
+            idx = torch.tensor(plain, device=self.device)
+            draws = torch.multinomial(torch.exp(logprobs[idx]), 1)[:, 0].tolist()
+            drawn = dict(zip(plain, draws))
         for i, r in enumerate(rs):
-            self._accept(r, logits[i])
+            tok = greedy[i] if r.temperature == 0 else drawn.get(i)
+            self._accept(r, logits[i], logprobs[i], tok)
 
-    def _accept(self, r, logits):
-        tok = sample(logits, r)
+    def _accept(self, r, logits, logprobs=None, tok=None):
+        if tok is None:
+            tok = sample(logits, r)
         if r.first_token_time is None:
             r.first_token_time = time.time()
         r.output.append(tok)
         self.generation_tokens_total += 1
         if r.return_logprob:
-            lp = float(logits[tok] - torch.logsumexp(logits, dim=0))
+            lp = float(logprobs[tok]) if logprobs is not None else float(logits[tok] - torch.logsumexp(logits, 0))
             r.out_logprobs.append([lp, tok, None])
         if tok in r.stop_ids:
             self._finish(r, {"type": "stop", "matched": tok})
@@ -505,6 +530,8 @@ def make_handler(engine):
             try:
                 body = self._body()
                 if path == "/generate":
+                    if isinstance(body, dict) and body.get("stream"):
+                        raise BadRequest("stream: not supported by engine-serve")
                     reqs, batched = build_requests(body, engine)
                     engine.submit(reqs)
                     for r in reqs:

@@ -226,8 +226,12 @@ class Qwen3ForCausalLM(nn.Module):
                 else:
                     p.copy_(torch.randn(p.shape, generator=g) * std)
 
-    def forward(self, input_ids, positions=None, cache=None):
-        """input_ids (B, T) -> logits (B, T, V). positions default to 0..T-1 (right-padded batches)."""
+    def forward(self, input_ids, positions=None, cache=None, logits_at=None):
+        """input_ids (B, T) -> logits (B, T, V). positions default to 0..T-1 (right-padded batches).
+
+        logits_at (B, R) picks the positions whose logits are wanted (the response, the last prompt
+        token), so the vocabulary projection, the biggest matmul of a small model, skips the rest.
+        """
         B, T = input_ids.shape
         if positions is None:
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
@@ -235,6 +239,8 @@ class Qwen3ForCausalLM(nn.Module):
         cos, sin = self.model.rotary(positions, x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin, cache)
+        if logits_at is not None:
+            x = x.gather(1, logits_at.unsqueeze(-1).expand(-1, -1, x.size(-1)))
         return self.lm_head(self.model.norm(x))
 
 

@@ -3,7 +3,8 @@
 Input: NDJSON records {prompt_ids, response_ids, loss_mask, logprobs?, advantage?}. Without --follow the
 whole input is one batch. With --follow the process stays alive and a line `{"end_batch": true}` or an
 empty line ends each batch, so a 14B model is loaded once, not once per step. Each batch writes a
-checkpoint to --out (HF layout plus trainer_state.pt with the AdamW moments) and prints one Step record.
+checkpoint to --out (HF layout plus optimizer.safetensors with the AdamW moments and
+trainer_state.json with the step count) and prints one Step record.
 
 Data parallel under torchrun: rank 0 reads the input and broadcasts each batch; rank r trains on
 records r, r+W, ...; gradients are summed across ranks and every loss is divided by the batch's global
@@ -19,10 +20,11 @@ import time
 import torch
 import torch.distributed as dist
 
-from .checkpoint import CheckpointError, copy_tokenizer, load_model, read_config, save_model
+from .checkpoint import CheckpointError, copy_tokenizer, load_model, load_safetensors, save_model, save_safetensors
 from .model import entropy_from_logits, token_logprobs
 
-STATE = "trainer_state.pt"
+STATE = "trainer_state.json"
+MOMENTS = "optimizer.safetensors"
 
 
 class DataError(Exception):
@@ -148,8 +150,7 @@ def pack(mb, device, pad_id=0):
 
 
 def response_logits(model, ids, pos):
-    logits = model(ids)
-    return logits.gather(1, pos.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+    return model(ids, logits_at=pos)
 
 
 class Trainer:
@@ -167,14 +168,13 @@ class Trainer:
         self.model.train()
         self.cfg = self.model.config
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(self.params, lr=args.lr, betas=(args.beta1, args.beta2),
-                                     eps=args.eps, weight_decay=args.weight_decay)
+        if args.optimizer == "sgd":  # plain SGD: the update is lr * gradient, handy for exact comparisons
+            self.opt = torch.optim.SGD(self.params, lr=args.lr, weight_decay=args.weight_decay)
+        else:
+            self.opt = torch.optim.AdamW(self.params, lr=args.lr, betas=(args.beta1, args.beta2),
+                                         eps=args.eps, weight_decay=args.weight_decay)
         self.step_no = 0
-        state_path = os.path.join(args.model, STATE)
-        if os.path.isfile(state_path):
-            state = torch.load(state_path, map_location=self.device)
-            self.opt.load_state_dict(state["optimizer"])
-            self.step_no = int(state["step"])
+        self.load_state(args.model)
         self.ref = None
         if args.kl_coef > 0:
             self.ref = load_model(args.ref or args.model, self.device, torch.float32)
@@ -275,9 +275,40 @@ class Trainer:
             record["kl"] = float(sums[6]) / n_loss
         return record
 
+    def load_state(self, folder):
+        """AdamW moments from optimizer.safetensors (no pickle: loads on any torch version)."""
+        meta_path, moments_path = os.path.join(folder, STATE), os.path.join(folder, MOMENTS)
+        if not os.path.isfile(meta_path):
+            return
+        with open(meta_path) as f:
+            meta = json.load(f)
+        self.step_no = int(meta["step"])
+        if not os.path.isfile(moments_path):
+            return
+        moments = load_safetensors(moments_path)
+        for i, p in enumerate(self.params):
+            if self.args.optimizer != "adamw" or f"exp_avg.{i}" not in moments:
+                continue
+            m, v = moments[f"exp_avg.{i}"], moments[f"exp_avg_sq.{i}"]
+            if m.shape != p.shape:
+                raise CheckpointError(f"{moments_path}: exp_avg.{i}: shape {list(m.shape)} differs from the model")
+            self.opt.state[p] = {"step": torch.tensor(float(moments[f"step.{i}"])),
+                                 "exp_avg": m.to(self.device), "exp_avg_sq": v.to(self.device)}
+
     def save(self, out):
         save_model(self.model, out, max_shard_bytes=self.args.max_shard_bytes or None)
-        torch.save({"optimizer": self.opt.state_dict(), "step": self.step_no}, os.path.join(out, STATE) + ".tmp")
+        moments = {}
+        for i, p in enumerate(self.params):
+            st = self.opt.state.get(p)
+            if st and "exp_avg" in st:
+                moments[f"exp_avg.{i}"] = st["exp_avg"]
+                moments[f"exp_avg_sq.{i}"] = st["exp_avg_sq"]
+                moments[f"step.{i}"] = torch.tensor(float(st["step"]))
+        save_safetensors(moments, os.path.join(out, MOMENTS))
+        meta = {"step": self.step_no, "loss": self.args.loss, "optimizer": self.args.optimizer, "lr": self.args.lr,
+                "betas": [self.args.beta1, self.args.beta2], "weight_decay": self.args.weight_decay}
+        with open(os.path.join(out, STATE) + ".tmp", "w") as f:
+            json.dump(meta, f, indent=2)
         os.replace(os.path.join(out, STATE) + ".tmp", os.path.join(out, STATE))
         if out not in self.tokenizer_copied:
             copy_tokenizer(self.args.model, out)
@@ -292,6 +323,7 @@ def parser():
     p.add_argument("--file", default="-")
     p.add_argument("--follow", action="store_true")
     p.add_argument("--lr", type=float, default=1e-6)
+    p.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--beta1", type=float, default=0.9)
@@ -317,7 +349,10 @@ def main(argv):
     try:
         trainer = Trainer(args)
         if trainer.rank == 0:
-            stream = sys.stdin if args.file == "-" else open(args.file)
+            try:
+                stream = sys.stdin if args.file == "-" else open(args.file)
+            except OSError as e:
+                raise DataError(f"{args.file}: {e.strerror}")
             source = "stdin" if args.file == "-" else args.file
             batches = read_batches(stream, source, args.follow)
         while True:
