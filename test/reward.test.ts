@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
-import { extractAnswer, isEquivalent, scoreResponse } from '../src/reward/index.js';
+import { choiceLetter, extractAnswer, isEquivalent, scoreResponse } from '../src/reward/index.js';
 import { ROOT } from './helpers.js';
 
 interface Case {
@@ -113,6 +113,13 @@ describe('multiple choice', () => {
   for (const pred of ['C', '(C)', '\\text{(C)}', '\\textbf{C}', 'C)', 'the answer is C', 'Option C']) {
     it(`${pred} is C`, () => assert.equal(isEquivalent(pred, 'C', { kind: 'choice' }), true));
   }
+  it('reads the choice from short prose', () => {
+    assert.equal(choiceLetter('The answer is A.'), 'A');
+    assert.equal(choiceLetter('Final answer is B'), 'B');
+    assert.equal(choiceLetter('A. Because B is not valid'), 'A');
+    assert.equal(choiceLetter('Because B is valid'), 'B');
+    assert.equal(choiceLetter('No valid answer here'), null);
+  });
   it('a different letter or a name is not the choice', () => {
     assert.equal(isEquivalent('(B)', 'C', { kind: 'choice' }), false);
     assert.equal(isEquivalent('Carla', 'C', { kind: 'choice' }), false);
@@ -205,6 +212,79 @@ describe('reference answers are self-consistent', () => {
     }
     // `x=5` names the value 5 (MATH-500 has both spellings next to each other).
     assert.deepEqual(clash, ['5 ~ x=5']);
+  });
+});
+
+describe('random input', () => {
+  it('never throws, whatever the text', () => {
+    const atoms = [
+      '\\frac',
+      '\\sqrt',
+      '{',
+      '}',
+      '(',
+      ')',
+      '[',
+      ']',
+      '\\{',
+      '\\}',
+      ',',
+      '=',
+      '<',
+      '\\le',
+      '\\pm',
+    ];
+    atoms.push(
+      '^',
+      '_',
+      'x',
+      'y',
+      '2',
+      '0',
+      '1.5',
+      '\\pi',
+      '\\infty',
+      '\\cup',
+      '$',
+      '\\boxed{',
+      '\\text{',
+      ' and ',
+    );
+    atoms.push(
+      '\\\\',
+      '&',
+      '\\begin{pmatrix}',
+      '\\end{pmatrix}',
+      '!',
+      '%',
+      '-',
+      '+',
+      '/',
+      '|',
+      ':',
+      '\\in',
+      ' ',
+      '\\',
+    );
+    atoms.push('answer is ', '<answer>', '</answer>', 'e', '\\sin', '.', "'", '\\left', '\\right');
+    let seed = 12345;
+    const rand = () => {
+      seed = (seed * 1103515245 + 12345) % 2147483648;
+      return seed / 2147483648;
+    };
+    const gen = () =>
+      Array.from(
+        { length: 1 + Math.floor(rand() * 25) },
+        () => atoms[Math.floor(rand() * atoms.length)],
+      ).join('');
+    for (let i = 0; i < 1500; i++) {
+      const a = gen();
+      const b = gen();
+      extractAnswer(a);
+      assert.equal(typeof isEquivalent(a, b, { timeoutMs: 50 }), 'boolean');
+      assert.equal(typeof isEquivalent(a, a, { compat: 'rstar', timeoutMs: 50 }), 'boolean');
+      assert.equal(typeof scoreResponse(a, { answer: b }).reward, 'number');
+    }
   });
 });
 

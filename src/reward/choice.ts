@@ -11,6 +11,7 @@ const PHRASE = new RegExp(
   `(?:answer|option|choice)\\s*(?:is|:)?\\s*:?\\s*\\(?([${LETTERS}])\\b(?![a-z])`,
   'gi',
 );
+const LEAD = new RegExp(`^\\(?([${LETTERS}])[.):]\\s`);
 const STANDALONE = new RegExp(`(?:^|[\\s(\\[{*])\\(?([${LETTERS}])\\)?(?=$|[\\s.,:;)\\]}*])`, 'g');
 
 export function choiceLetter(answer: string): string | null {
@@ -20,6 +21,9 @@ export function choiceLetter(answer: string): string | null {
     .trim();
   const alone = ALONE.exec(s);
   if (alone) return alone[1].toUpperCase();
+  // `A. Because B is not valid`: a response that opens with its choice.
+  const lead = LEAD.exec(s);
+  if (lead) return lead[1];
   let last: string | null = null;
   PHRASE.lastIndex = 0;
   for (let m = PHRASE.exec(s); m !== null; m = PHRASE.exec(s)) last = m[1].toUpperCase();
