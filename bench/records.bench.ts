@@ -3,7 +3,8 @@
  *  (a) pass-through in process: read + validate against Trajectory + write, both re-serialising
  *      (`NdjsonWriter.write`) and raw (`writeRaw`, what roc-filter and advantage do);
  *  (b) `rstar roc-filter --group-size 32` and `rstar advantage --group-size 32` through the real CLI,
- *      on a 50 MB and a 200 MB input, with peak RSS (from /usr/bin/time) to show memory stays flat.
+ *      on a 50 MB and a 200 MB input, with peak RSS (from /usr/bin/time) to show memory stays flat,
+ *      and roc-filter without --group-size, whose memory grows with the input.
  * Prints MB/s of input per wall second and per CPU second (the machine may be shared).
  */
 import { spawn } from 'node:child_process';
@@ -207,6 +208,17 @@ async function main(): Promise<void> {
       [large, b.bytes],
     ] as const) {
       row('rstar advantage --group-size 32', bytes, await cli(['advantage', '--group-size', '32'], file));
+    }
+    // Without --group-size every group waits for the end of input: memory grows with the input.
+    for (const [file, bytes] of [
+      [small, a.bytes],
+      [large, b.bytes],
+    ] as const) {
+      row(
+        'rstar roc-filter --keep 16 (no --group-size)',
+        bytes,
+        await cli(['roc-filter', '--stats', '/dev/null'], file),
+      );
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -44,6 +44,8 @@ export interface RocStats {
   tool_error_ratio: number;
   tool_error_penalty_mean: number;
   answer_tags: { per_rollout_mean: number; zero: number; one: number; more: number };
+  /** The same figures under the release trainer's metric names, for comparing runs with the paper's. */
+  release_metrics: Record<string, number>;
 }
 
 export async function run(argv: string[]): Promise<void> {
@@ -173,9 +175,28 @@ export async function run(argv: string[]): Promise<void> {
   stats.tool_error_penalty_mean = scoredRecords > 0 ? penaltySum / scoredRecords : 0;
   stats.answer_tags.per_rollout_mean =
     scoredRecords > 0 ? stats.answer_tags.per_rollout_mean / scoredRecords : 0;
+  stats.release_metrics = releaseMetrics(stats);
   const summary = `${JSON.stringify(stats)}\n`;
   if (opts.stats) writeFileSync(opts.stats, summary);
   else process.stderr.write(summary);
+}
+
+function releaseMetrics(s: RocStats): Record<string, number> {
+  return {
+    'down_sampling/before_sampling_trace_num': s.records_in,
+    'down_sampling/after_sampling_trace_num': s.records_out,
+    'reject_equal_reward/solve_non_equal_total': s.groups_in - s.equal_reward,
+    'reject_equal_reward/solve_equal_total': s.equal_reward,
+    'reject_equal_reward/solve_equal_total_ratio': s.groups_in > 0 ? s.equal_reward / s.groups_in : 0,
+    'reject_equal_reward/solve_equal_zeros': s.equal_reward_all_zero,
+    'reject_equal_reward/solve_equal_non_all_zeros': s.equal_reward_non_zero,
+    'roc_error_ratio/global_err_ratio': s.tool_error_ratio,
+    'roc_error_ratio/penalty_weight': s.tool_error_penalty_mean,
+    'roc_answer_format/answer_per_rollout_mean': s.answer_tags.per_rollout_mean,
+    'roc_answer_format/zero_answer_count': s.answer_tags.zero,
+    'roc_answer_format/one_answer_count': s.answer_tags.one,
+    'roc_answer_format/gt_one_answer_count': s.answer_tags.more,
+  };
 }
 
 function emptyStats(): RocStats {
@@ -200,5 +221,6 @@ function emptyStats(): RocStats {
     tool_error_ratio: 0,
     tool_error_penalty_mean: 0,
     answer_tags: { per_rollout_mean: 0, zero: 0, one: 0, more: 0 },
+    release_metrics: {},
   };
 }
