@@ -96,6 +96,12 @@ function structure(s0: string, budget: Budget, depth: number): Answer {
       return addMatrices(ms) ?? { k: 'text', text: s };
     }
   }
+  // `p=5, q=2; p=7, q=2`: solutions as groups of named values are the tuples (5, 2), (7, 2).
+  const groups = splitTop(s, (c) => c === ';', budget).parts;
+  if (groups.length > 1) {
+    const tuples = groups.map((g) => namedTuple(g, budget, depth));
+    if (tuples.every((t) => t !== null)) return { k: 'set', items: tuples as Answer[] };
+  }
   // `a, b and c` or `a; b`: a list, compared as a set (order-free), as Math-Verify does.
   const words = s.replace(/\s*\b(?:and|or)\b\s*/g, ',');
   const list = splitTop(words, (c) => c === ',' || c === ';', budget);
@@ -155,6 +161,21 @@ function structure(s0: string, budget: Budget, depth: number): Answer {
     if (!(error instanceof ParseError)) throw error;
     return { k: 'text', text: s };
   }
+}
+
+/** `p=5, q=2` as the tuple (5, 2), when every item names a different variable. */
+function namedTuple(group: string, budget: Budget, depth: number): Answer | null {
+  const items = splitTop(group, (c) => c === ',', budget).parts;
+  if (items.length < 2) return null;
+  const names = new Set<string>();
+  const values: Answer[] = [];
+  for (const item of items) {
+    const m = /^\s*([a-zA-Z](?:_\{?\w+\}?)?)\s*=([^=]+)$/.exec(item);
+    if (!m || names.has(m[1])) return null;
+    names.add(m[1]);
+    values.push(structure(m[2], budget, depth + 1));
+  }
+  return { k: 'tuple', open: '(', close: ')', items: values };
 }
 
 function addMatrices(ms: Extract<Answer, { k: 'matrix' }>[]): Answer | null {

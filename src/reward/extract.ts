@@ -6,8 +6,12 @@ import { type Box, findBoxes, findMath, type MathSpan } from './latex.js';
  * to each other (`\boxed{1}, \boxed{2}`) are one answer listing several values.
  */
 
-/** Between two boxes that belong together: punctuation, spacing, `and`/`or`, math delimiters. */
-const JOINER = /^(?:[\s,;.+$]|\\[(),;:! ]|\\q?quad|\\text\{\s*(?:and|or|,)?\s*\}|\band\b|\bor\b)*$/;
+/**
+ * Between two boxes that belong together: punctuation, spacing, `and`/`or`, math delimiters and the
+ * name of the next value (`y_1 = \boxed{…}` and `y_2 = \boxed{…}`).
+ */
+const JOINER =
+  /^(?:[\s,;.+$]|\\[(),;:! ]|\\q?quad|\\text\{\s*(?:and|or|,)?\s*\}|\band\b|\bor\b|[a-zA-Z](?:_\{?\w+\}?)?\s*=)*$/;
 
 function lastBoxGroup(boxes: Box[], text: string): string | null {
   if (boxes.length === 0) return null;
