@@ -47,11 +47,13 @@ start=$(date +%s)
 rstar model-init --config fixtures/tiny/config.json --out "$work/model" --seed 0 >/dev/null
 
 engine_port=$(free_port)
-rstar engine-serve --model "$work/model" --port "$engine_port" >"$work/engine.log" 2>&1 &
+# Started as direct children (not through the rstar function, whose subshell would be what $!
+# names), so the trap's SIGTERM reaches the servers themselves.
+node bin/rstar.js engine-serve --model "$work/model" --port "$engine_port" >"$work/engine.log" 2>&1 &
 pids+=($!)
 engine_pid=$!
 sandbox_port=$(free_port)
-rstar sandbox-serve --port "$sandbox_port" >"$work/sandbox.log" 2>&1 &
+node bin/rstar.js sandbox-serve --port "$sandbox_port" >"$work/sandbox.log" 2>&1 &
 pids+=($!)
 sandbox_pid=$!
 wait_health "http://127.0.0.1:$engine_port" "$engine_pid" engine-serve
