@@ -97,6 +97,7 @@ describe('rstar verify --problems', () => {
       traj('p1', '<answer>\\boxed{5}</answer>'),
       traj('p2', 'so \\boxed{2}'),
       traj('p1', 'no box'),
+      traj('p1', '<answer>\\boxed{25}', { finish: 'length' }),
     ]);
     const { code, stdout, stderr } = await rstar(['verify', '--problems', problems], input);
     assert.equal(code, 0, stderr);
@@ -108,6 +109,7 @@ describe('rstar verify --problems', () => {
         ['5', 0],
         ['2', 1],
         [null, 0],
+        ['25', 0],
       ],
     );
     assert.equal(out[0].turns, 2);

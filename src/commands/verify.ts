@@ -32,7 +32,8 @@ export async function run(argv: string[]): Promise<void> {
         );
       }
       const { answer, reward } = scoreResponse(record.text, problem, { compat });
-      await out.write({ ...record, answer, reward });
+      // A truncated trajectory keeps reward 0 whatever its text says (ARCHITECTURE.md, the agent protocol).
+      await out.write({ ...record, answer, reward: record.finish === 'length' ? 0 : reward });
     }
   } else {
     for await (const { record } of readRecords(stream, source, VerifyCase)) {
