@@ -1,0 +1,152 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const BIN = fileURLToPath(new URL('../../../bin/rstar.js', import.meta.url));
+
+/**
+ * A `sandbox-serve` process started inside its own cgroup (v1 pids + memory, when available) so
+ * that a sandbox bug under test or benchmark cannot take the host down; the sandbox's per-worker
+ * cgroups nest inside it. Used by the tests and the benchmark.
+ */
+export interface GuardedServer {
+  url: string;
+  child: ChildProcess;
+  stderr: () => string;
+  /** Pids still inside the guard (the server and everything it started). */
+  pids(): number[];
+  /** SIGTERM, wait for exit, then kill anything left in the guard and remove it. Returns leftovers seen after exit. */
+  stop(signal?: NodeJS.Signals): Promise<number[]>;
+}
+
+function ownPath(controller: string): string {
+  for (const line of readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
+    const [, controllers, path] = line.split(':');
+    if (controllers?.split(',').includes(controller)) return path;
+  }
+  return '/';
+}
+
+function guardDirs(name: string, memoryBytes: number, maxPids: number): string[] {
+  const dirs: string[] = [];
+  for (const [controller, file, value] of [
+    ['pids', 'pids.max', String(maxPids)],
+    ['memory', 'memory.limit_in_bytes', String(memoryBytes)],
+  ] as const) {
+    const root = join('/sys/fs/cgroup', controller);
+    if (!existsSync(join(root, 'cgroup.procs'))) continue;
+    const dir = join(root, ownPath(controller), name);
+    try {
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(join(dir, file), value);
+      dirs.push(dir);
+    } catch {}
+  }
+  return dirs;
+}
+
+function pidsIn(dir: string): number[] {
+  const out: number[] = [];
+  const walk = (d: string) => {
+    try {
+      for (const line of readFileSync(join(d, 'cgroup.procs'), 'utf8').split('\n'))
+        if (line) out.push(Number(line));
+      for (const entry of readdirSync(d, { withFileTypes: true }))
+        if (entry.isDirectory()) walk(join(d, entry.name));
+    } catch {}
+  };
+  walk(dir);
+  return [...new Set(out)];
+}
+
+function removeTree(dir: string): void {
+  try {
+    for (const entry of readdirSync(dir, { withFileTypes: true }))
+      if (entry.isDirectory()) removeTree(join(dir, entry.name));
+    rmdirSync(dir);
+  } catch {}
+}
+
+let counter = 0;
+
+export async function startGuardedServer(
+  args: string[] = [],
+  guard: { memoryBytes?: number; maxPids?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<GuardedServer> {
+  counter += 1;
+  const dirs = guardDirs(
+    `rstar-guard-${process.pid}-${counter}`,
+    guard.memoryBytes ?? 6 * 1024 ** 3,
+    guard.maxPids ?? 1024,
+  );
+  const procs = dirs.map((d) => join(d, 'cgroup.procs')).join(' ');
+  const script = 'for f in $RSTAR_GUARD; do echo $$ > "$f" || exit 97; done; exec "$@"';
+  const child = spawn(
+    '/bin/sh',
+    [
+      '-c',
+      script,
+      'guard',
+      process.execPath,
+      BIN,
+      'sandbox-serve',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      '0',
+      ...args,
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...guard.env, RSTAR_GUARD: procs } },
+  );
+  let log = '';
+  child.stderr?.setEncoding('utf8').on('data', (text: string) => {
+    log = (log + text).slice(-20_000);
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setInterval(() => {
+      const match = /listening on (http:\/\/\S+)/.exec(log);
+      if (match) {
+        clearInterval(timer);
+        resolve(match[1]);
+      }
+    }, 20);
+    child.once('exit', (code, signal) => {
+      clearInterval(timer);
+      reject(new Error(`sandbox-serve exited (${signal ?? code}):\n${log}`));
+    });
+  });
+  const pids = () => [...new Set(dirs.flatMap(pidsIn))];
+  return {
+    url,
+    child,
+    stderr: () => log,
+    pids,
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) {
+        await new Promise<void>((resolve) => {
+          const force = setTimeout(() => child.kill('SIGKILL'), 30_000);
+          child.once('exit', () => {
+            clearTimeout(force);
+            resolve();
+          });
+          child.kill(signal);
+        });
+      }
+      // Processes exit asynchronously after their parent; give the kernel a moment.
+      let left = pids();
+      for (let i = 0; i < 40 && left.length > 0; i += 1) {
+        await new Promise((r) => setTimeout(r, 50));
+        left = pids();
+      }
+      for (const pid of left) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {}
+      }
+      for (let i = 0; i < 40 && pids().length > 0; i += 1) await new Promise((r) => setTimeout(r, 50));
+      for (const dir of dirs) removeTree(dir);
+      return left;
+    },
+  };
+}

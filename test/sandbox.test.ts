@@ -1,0 +1,366 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { SandboxClient } from '../src/sandbox/client.js';
+import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
+import { fixed2, formatToolResponse, truncateMiddle } from '../src/sandbox/tool-response.js';
+import { lines, ndjson, rstar } from './helpers.js';
+
+type Result = {
+  sub_id: string | number | null;
+  success: boolean;
+  run_success: boolean;
+  cost: number;
+  reason: string;
+  stdout?: string | null;
+  stderr?: string | null;
+};
+
+async function post(url: string, path: string, body: unknown, headers: Record<string, string> = {}) {
+  const response = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+}
+
+const run = async (url: string, solution: string, extra: Record<string, unknown> = {}) =>
+  (await post(url, '/run', { type: 'python', solution, ...extra })).body as unknown as Result;
+
+describe('sandbox-serve API (code-judge compatible)', () => {
+  let server: GuardedServer;
+  before(async () => {
+    server = await startGuardedServer(['--workers', '2', '--timeout', '2']);
+  });
+  after(async () => {
+    const left = await server.stop();
+    assert.deepEqual(left, [], 'SIGTERM leaves no process behind');
+  });
+
+  test('health and metrics', async () => {
+    const health = await fetch(`${server.url}/health`);
+    assert.equal(health.status, 200);
+    await run(server.url, 'print(1)');
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    assert.match(metrics, /rstar_sandbox_queue_depth \d+/);
+    assert.match(metrics, /rstar_sandbox_calls_total\{reason=""\} [1-9]/);
+    assert.match(metrics, /rstar_sandbox_latency_seconds_bucket\{le="\+Inf"\} [1-9]/);
+    assert.match(metrics, /rstar_sandbox_worker_restarts_total \d+/);
+  });
+
+  test('stdout, stdin and a trailing expression printed like a notebook cell', async () => {
+    const r = await run(server.url, 'name = input()\nprint("hi", name)\n{"n": len(name)}', {
+      input: 'ada\n',
+      sub_id: 'a1',
+    });
+    assert.equal(r.sub_id, 'a1');
+    assert.equal(r.success, true);
+    assert.equal(r.run_success, true);
+    assert.equal(r.reason, '');
+    assert.equal(r.stdout, "hi ada\n{'n': 3}\n");
+    assert.equal(r.stderr, '');
+    assert.ok(r.cost > 0 && r.cost < 2);
+    const none = await run(server.url, 'x = 5\nNone');
+    assert.equal(none.stdout, '');
+    const sym = await run(server.url, 'import sympy as sp\nx = sp.symbols("x")\nsp.factor(x**2 - 1)');
+    assert.equal(sym.stdout, '(x - 1)*(x + 1)\n');
+  });
+
+  test('errors: the release template format by default, a traceback in script mode', async () => {
+    const r = await run(server.url, 'a = 1\nb = a / 0\nprint(b)');
+    assert.equal(r.run_success, false);
+    assert.equal(r.success, false);
+    assert.equal(r.reason, '');
+    assert.equal(r.stderr, 'ZeroDivisionError at line 2: division by zero\n  b = a / 0\n');
+    const syntax = await run(server.url, 'print(1\n');
+    assert.match(syntax.stderr ?? '', /^SyntaxError at line 1: /);
+    const script = await run(server.url, 'def f():\n    raise ValueError("bad")\nf()', {
+      options: { mode: 'script' },
+    });
+    assert.match(script.stderr ?? '', /Traceback \(most recent call last\):[\s\S]*ValueError: bad/);
+    const exit3 = await run(server.url, 'import sys\nprint("x")\nsys.exit(3)');
+    assert.equal(exit3.run_success, false);
+    assert.equal(exit3.stdout, 'x\n');
+    const exit0 = await run(server.url, 'import sys\nsys.exit(0)');
+    assert.equal(exit0.run_success, true);
+  });
+
+  test('judge compares stripped stdout and returns no output', async () => {
+    const ok = await post(server.url, '/judge', {
+      type: 'python',
+      solution: 'print(6*7)',
+      expected_output: ' 42 \n',
+    });
+    assert.equal(ok.body.success, true);
+    assert.equal(ok.body.run_success, true);
+    assert.equal('stdout' in ok.body, false);
+    const wrong = await run(server.url, 'print(41)', { expected_output: '42' });
+    assert.equal(wrong.success, false);
+    assert.equal(wrong.run_success, true);
+    const batch = await post(server.url, '/judge/batch', {
+      type: 'batch',
+      submissions: [
+        { type: 'python', solution: 'print(input())', input: '7', expected_output: '7' },
+        { type: 'python', solution: 'print(8)', expected_output: '7' },
+      ],
+    });
+    const results = batch.body.results as Result[];
+    assert.deepEqual(
+      results.map((r) => r.success),
+      [true, false],
+    );
+  });
+
+  test('batches keep input order and ids; long-batch too', async () => {
+    const submissions = Array.from({ length: 12 }, (_, i) => ({
+      type: 'python',
+      sub_id: `s${i}`,
+      solution: `import time\ntime.sleep(${(12 - i) * 0.01})\nprint(${i})`,
+    }));
+    for (const path of ['/run/batch', '/run/long-batch']) {
+      const { status, body } = await post(server.url, path, { type: 'batch', submissions });
+      assert.equal(status, 200);
+      assert.equal(typeof body.sub_id, 'string');
+      const results = body.results as Result[];
+      assert.deepEqual(
+        results.map((r) => r.sub_id),
+        submissions.map((s) => s.sub_id),
+      );
+      assert.deepEqual(
+        results.map((r) => r.stdout),
+        submissions.map((_, i) => `${i}\n`),
+      );
+    }
+  });
+
+  test('wall-clock timeout is worker_timeout and the worker keeps serving', async () => {
+    const started = Date.now();
+    const r = await run(server.url, 'while True:\n    pass');
+    assert.equal(r.reason, 'worker_timeout');
+    assert.equal(r.success, false);
+    assert.ok(r.cost >= 1.9 && r.cost < 4, `cost ${r.cost}`);
+    assert.ok(Date.now() - started < 8000);
+    assert.equal((await run(server.url, 'print(2)')).stdout, '2\n');
+  });
+
+  test('invalid requests: 422 for malformed bodies, invalid_input for unsupported languages', async () => {
+    assert.equal((await post(server.url, '/run', { type: 'python' })).status, 422);
+    assert.equal((await post(server.url, '/run', 'not json')).status, 422);
+    assert.equal((await post(server.url, '/run/batch', { type: 'batch', submissions: [] })).status, 422);
+    const cpp = await run(server.url, 'int main(){}', { type: 'cpp' });
+    assert.equal(cpp.reason, 'invalid_input');
+    const missing = await fetch(`${server.url}/nowhere`, { method: 'POST', body: '{}' });
+    assert.equal(missing.status, 404);
+  });
+
+  test('output is capped at 1000 characters and binary output stays valid JSON', async () => {
+    const big = await run(server.url, 'print("é" * 5000)');
+    assert.equal(big.run_success, true);
+    assert.equal(Array.from(big.stdout ?? '').length, 1000);
+    const binary = await run(
+      server.url,
+      'import sys\nsys.stdout.buffer.write(bytes(range(256)) * 3)\nsys.stderr.buffer.write(b"\\xff\\xfe")',
+    );
+    assert.equal(binary.run_success, true);
+    assert.ok((binary.stdout ?? '').includes('\ufffd'));
+    assert.ok((binary.stderr ?? '').includes('\ufffd'));
+  });
+
+  test('streaming NDJSON endpoint answers in input order', async () => {
+    const body = Array.from({ length: 50 }, (_, i) =>
+      JSON.stringify({ solution: `print(${i} * 2)`, sub_id: i }),
+    )
+      .concat(['{"broken"'])
+      .join('\n');
+    const response = await fetch(`${server.url}/run/stream`, { method: 'POST', body });
+    assert.equal(response.status, 200);
+    const out = lines<Result>(await response.text());
+    assert.equal(out.length, 51);
+    out.slice(0, 50).forEach((r, i) => {
+      assert.equal(r.sub_id, i);
+      assert.equal(r.stdout, `${i * 2}\n`);
+    });
+    assert.equal(out[50].reason, 'invalid_input');
+  });
+
+  test('SandboxClient batches calls and a repeated sub_id is answered without running again', async () => {
+    const client = new SandboxClient(server.url);
+    const results = await client.runBatch(
+      Array.from({ length: 20 }, (_, i) => ({ type: 'python', solution: `print(${i})` })),
+    );
+    assert.deepEqual(
+      results.map((r) => r.stdout),
+      Array.from({ length: 20 }, (_, i) => `${i}\n`),
+    );
+    const metric = async () =>
+      Number(
+        /rstar_sandbox_deduplicated_total (\d+)/.exec(
+          await (await fetch(`${server.url}/metrics`)).text(),
+        )?.[1],
+      );
+    const before = await metric();
+    const call = {
+      type: 'python',
+      sub_id: `dedup-${Date.now()}`,
+      solution: 'import random\nprint(random.random())',
+    };
+    const [a, b] = await Promise.all([client.run(call), client.run(call)]);
+    const c = await client.run(call);
+    assert.equal(a.stdout, b.stdout);
+    assert.equal(a.stdout, c.stdout);
+    assert.equal((await metric()) - before, 2);
+    await client.close();
+    await assert.rejects(client.run(call));
+  });
+
+  test('an executor killed mid-call gives internal_error once, then is restarted', async () => {
+    const zygotes = () =>
+      server.pids().filter((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('The warm executor');
+        } catch {
+          return false;
+        }
+      });
+    const before = zygotes();
+    assert.ok(before.length >= 2, `found ${before.length} executors`);
+    const slow = Promise.all([
+      run(server.url, 'import time\ntime.sleep(1.5)'),
+      run(server.url, 'import time\ntime.sleep(1.5)'),
+    ]);
+    await new Promise((r) => setTimeout(r, 500));
+    for (const pid of before) process.kill(pid, 'SIGKILL');
+    const results = await slow;
+    assert.deepEqual(
+      results.map((r) => r.reason),
+      ['internal_error', 'internal_error'],
+    );
+    for (let i = 0; i < 100 && zygotes().filter((p) => !before.includes(p)).length < before.length; i += 1) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal((await run(server.url, 'print(3)')).stdout, '3\n');
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    assert.match(metrics, /rstar_sandbox_worker_restarts_total [2-9]/);
+  });
+});
+
+describe('overload, auth and shutdown', () => {
+  let server: GuardedServer;
+  before(async () => {
+    server = await startGuardedServer([
+      '--workers',
+      '1',
+      '--timeout',
+      '3',
+      '--max-queue',
+      '2',
+      '--queue-timeout',
+      '0.5',
+      '--token',
+      'sesame',
+    ]);
+  });
+  after(async () => {
+    await server.stop();
+  });
+
+  test('a bearer token is required when set; /health stays open', async () => {
+    assert.equal((await fetch(`${server.url}/health`)).status, 200);
+    assert.equal((await post(server.url, '/run', { solution: 'print(1)' })).status, 401);
+    assert.equal(
+      (await post(server.url, '/run', { solution: 'print(1)' }, { authorization: 'Bearer nope' })).status,
+      401,
+    );
+    const ok = await post(server.url, '/run', { solution: 'print(1)' }, { authorization: 'Bearer sesame' });
+    assert.equal(ok.body.stdout, '1\n');
+  });
+
+  test('a full queue answers queue_timeout at once instead of hanging', async () => {
+    const auth = { authorization: 'Bearer sesame' };
+    const started = Date.now();
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        post(server.url, '/run', { solution: 'import time\ntime.sleep(0.4)\nprint(1)' }, auth),
+      ),
+    );
+    const reasons = results.map((r) => r.body.reason);
+    assert.ok(reasons.includes('queue_timeout'), JSON.stringify(reasons));
+    assert.ok(reasons.includes(''), JSON.stringify(reasons));
+    assert.equal(reasons.length, 8);
+    assert.ok(Date.now() - started < 6000);
+  });
+
+  test('binding a non-loopback address without --token is refused', async () => {
+    const r = await rstar(['sandbox-serve', '--host', '0.0.0.0', '--port', '0']);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /requires --token/);
+  });
+
+  test('SIGTERM mid-call: the call is answered and nothing is left behind', async () => {
+    const pending = post(
+      server.url,
+      '/run',
+      { solution: 'import time\ntime.sleep(1)\nprint("done")' },
+      { authorization: 'Bearer sesame' },
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    const stopped = server.stop();
+    const r = await pending;
+    assert.equal(r.body.stdout, 'done\n');
+    assert.deepEqual(await stopped, []);
+  });
+});
+
+test('rstar sandbox-run runs NDJSON submissions through an embedded sandbox, in order', async () => {
+  const input = ndjson(
+    Array.from({ length: 6 }, (_, i) => ({ type: 'python', sub_id: i, solution: `print(${i} ** 2)` })),
+  );
+  const r = await rstar(['sandbox-run', '--workers', '1'], input);
+  assert.equal(r.code, 0, r.stderr);
+  const out = lines<Result>(r.stdout);
+  assert.deepEqual(
+    out.map((o) => [o.sub_id, o.stdout]),
+    Array.from({ length: 6 }, (_, i) => [i, `${i ** 2}\n`]),
+  );
+  const bad = await rstar(['sandbox-run', '--sandbox', 'http://127.0.0.1:9'], '{"type":"python"}\n');
+  assert.equal(bad.code, 1);
+  assert.match(bad.stderr, /stdin:1: solution/);
+});
+
+describe('formatToolResponse (rStar2-Agent tool-response text)', () => {
+  const base = { sub_id: '1', cost: 0.0123, stdout: '', stderr: '' };
+  test('success and failure lines, non-empty streams, two-decimal time', () => {
+    assert.equal(
+      formatToolResponse({ ...base, success: true, run_success: true, reason: '', stdout: '42\n' }),
+      'Tool call success\nstdout: 42\n\nexecution time: 0.01s',
+    );
+    assert.equal(
+      formatToolResponse({ ...base, success: false, run_success: false, reason: '', stderr: 'NameError: x' }),
+      'Tool call failure\nreason: \nstderr: NameError: x\nexecution time: 0.01s',
+    );
+    assert.equal(
+      formatToolResponse({
+        ...base,
+        success: false,
+        run_success: false,
+        reason: 'worker_timeout',
+        cost: 10.004,
+        stdout: null,
+      }),
+      'Tool call failure\nreason: worker_timeout\nexecution time: 10.00s',
+    );
+  });
+  test('middle truncation and Python rounding', () => {
+    const text = formatToolResponse(
+      { ...base, success: true, run_success: true, reason: '', stdout: 'x'.repeat(1000) },
+      { maxChars: 40 },
+    );
+    assert.equal(text, 'Tool call success\nst...(truncated)...xecution time: 0.01s');
+    assert.equal(truncateMiddle('😀'.repeat(10), 4), '😀😀...(truncated)...😀😀');
+    assert.equal(fixed2(0.125), '0.12');
+    assert.equal(fixed2(0.375), '0.38');
+    assert.equal(fixed2(0.005), '0.01');
+    assert.equal(fixed2(2.675), '2.67');
+  });
+});
