@@ -98,6 +98,11 @@ export async function run(argv: string[]): Promise<void> {
     );
   }
 
+  if (opts.groupSize !== undefined && opts.groupSize < opts.keep) {
+    process.stderr.write(
+      `rstar roc-filter: warning: --group-size ${opts.groupSize} is below --keep ${opts.keep}: every group will be dropped\n`,
+    );
+  }
   const input = readTrajectoryGroups<Scored>(
     cmd.args[0],
     { size: opts.groupSize, threads: opts.threads, task: { kind: 'roc', penalty: opts.penalty } },
