@@ -162,7 +162,11 @@ export class SglangClient implements EngineClient {
       if (typeof total !== 'number') return undefined;
       this.#total = total;
     }
-    const metrics = await get(`${this.url}/metrics`, this.#probeMs).catch(() => '');
+    // A dead engine must fail here (the runner probes with this); a missing endpoint is fine.
+    const metrics = await get(`${this.url}/metrics`, this.#probeMs).catch((e: EngineError) => {
+      if (e.retryable) throw e;
+      return '';
+    });
     const used =
       typeof metrics === 'string' ? promSample(metrics, 'sglang:num_used_tokens')?.value : undefined;
     return { total: this.#total, used: used ?? 0 };

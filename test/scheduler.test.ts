@@ -1,0 +1,180 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { AsyncScheduler, Scheduler, type TurnRequest } from '../src/rollout/scheduler.js';
+
+const turn = (key: string, contextLen: number, maxNewTokens: number, group = 0): TurnRequest => ({
+  key,
+  group,
+  contextLen,
+  maxNewTokens,
+});
+
+describe('KV-cache-aware scheduler', () => {
+  it('sends each turn to the engine with the most free KV and reserves context + max_new_tokens', () => {
+    const s = new Scheduler([1000, 3000], { clock: () => 0 });
+    s.submit(turn('a', 100, 400));
+    s.submit(turn('b', 100, 400));
+    s.submit(turn('c', 100, 400));
+    s.submit(turn('d', 100, 400));
+    s.submit(turn('e', 100, 400));
+    const got = s.poll().map((a) => [a.request.key, a.engine, a.reserved]);
+    // Engine 1 takes turns until it has no more free than engine 0; a tie goes to fewer in flight.
+    assert.deepEqual(got, [
+      ['a', 1, 500],
+      ['b', 1, 500],
+      ['c', 1, 500],
+      ['d', 1, 500],
+      ['e', 0, 500],
+    ]);
+    assert.deepEqual(
+      s.stats().map((x) => x.free),
+      [500, 1000],
+    );
+  });
+
+  it('holds turns that fit nowhere and releases them when capacity returns', () => {
+    const s = new Scheduler([1000], { clock: () => 0 });
+    s.submit(turn('a', 200, 600));
+    s.submit(turn('b', 200, 600));
+    const [a] = s.poll();
+    assert.equal(a.request.key, 'a');
+    assert.equal(s.poll().length, 0, 'b waits: 200 free < 800');
+    assert.equal(s.queued, 1);
+    s.release(a);
+    assert.deepEqual(
+      s.poll().map((x) => x.request.key),
+      ['b'],
+    );
+  });
+
+  it('lets an idle engine take a turn larger than its capacity', () => {
+    const s = new Scheduler([100], { clock: () => 0 });
+    s.submit(turn('big', 500, 500));
+    const [a] = s.poll();
+    assert.equal(a.engine, 0);
+    assert.equal(s.stats()[0].overcommits, 1);
+  });
+
+  it('counts free capacity from the last scrape minus reservations made since', () => {
+    const s = new Scheduler([10_000], { clock: () => 0 });
+    s.submit(turn('a', 1000, 3000));
+    const [a] = s.poll();
+    assert.equal(s.free(0), 6000);
+    // The engine reports what the turn really holds (1200 tokens), plus 500 of someone else's.
+    s.observe(0, { total: 10_000, used: 1700 });
+    assert.equal(s.free(0), 8300);
+    s.submit(turn('b', 1000, 1000));
+    const [b] = s.poll();
+    assert.equal(s.free(0), 6300);
+    s.release(a);
+    assert.equal(s.free(0), 6300, 'a was counted by the scrape, not by a reservation');
+    s.release(b);
+    assert.equal(s.free(0), 8300);
+    // A scrape started before a dispatch does not count it: the reservation stays.
+    const seq = s.sequence;
+    s.submit(turn('c', 500, 500));
+    s.poll();
+    s.observe(0, { total: 10_000, used: 0 }, seq);
+    assert.equal(s.free(0), 9000);
+  });
+
+  it("prefers the engine holding a trajectory's prefix, unless it is short, and waits a while for it", () => {
+    let now = 0;
+    const s = new Scheduler([2000, 2500], { clock: () => now, prefixWaitMs: 1000 });
+    s.submit(turn('t', 100, 500));
+    const [a] = s.poll();
+    assert.equal(a.engine, 1);
+    s.release(a);
+    s.submit(turn('other', 100, 900));
+    assert.equal(s.poll()[0].engine, 1);
+    // free 2000 / 1500: t's engine has less free than the best but room enough, so t stays.
+    s.submit(turn('t', 700, 400));
+    const [b] = s.poll();
+    assert.equal(b.engine, 1);
+    s.release(b);
+    // Now t needs 1700 and its engine has 1500: t waits for it while other turns pass.
+    s.submit(turn('t', 1300, 400));
+    s.submit(turn('new', 100, 100));
+    assert.deepEqual(
+      s.poll().map((x) => [x.request.key, x.engine]),
+      [['new', 0]],
+    );
+    now = 1500;
+    assert.deepEqual(
+      s.poll().map((x) => [x.request.key, x.engine]),
+      [['t', 0]],
+      'after prefixWaitMs it moves',
+    );
+  });
+
+  it('serves trajectories in the order they started', () => {
+    const s = new Scheduler([1000], { clock: () => 0 });
+    s.submit(turn('first', 100, 800));
+    const [a] = s.poll();
+    s.submit(turn('second', 100, 800));
+    s.submit(turn('third', 100, 800));
+    assert.equal(s.poll().length, 0);
+    s.release(a);
+    s.submit(turn('first', 300, 600)); // back from its tool call
+    assert.deepEqual(
+      s.poll().map((x) => x.request.key),
+      ['first'],
+    );
+  });
+
+  it('returns a failed turn to the front of the queue and skips dead engines', () => {
+    const s = new Scheduler([1000, 1000], { clock: () => 0 });
+    s.submit(turn('a', 100, 100));
+    const [a] = s.poll();
+    s.setAlive(a.engine, false);
+    s.fail(a);
+    assert.equal(s.inflight, 0);
+    const [again] = s.poll();
+    assert.equal(again.request.key, 'a');
+    assert.notEqual(again.engine, a.engine);
+    s.setAlive(again.engine, false);
+    s.submit(turn('b', 1, 1));
+    assert.equal(s.poll().length, 0, 'no engine alive');
+  });
+
+  it('implements the baselines: round-robin, least-requests and static', () => {
+    const rr = new Scheduler([1, 1, 1], { policy: 'round-robin', clock: () => 0 });
+    for (const k of ['a', 'b', 'c', 'd']) rr.submit(turn(k, 10, 10));
+    assert.deepEqual(
+      rr.poll().map((x) => x.engine),
+      [0, 1, 2, 0],
+    );
+    const lr = new Scheduler([1, 1], { policy: 'least-requests', clock: () => 0 });
+    for (const k of ['a', 'b', 'c']) lr.submit(turn(k, 10, 10));
+    const [x, , z] = lr.poll();
+    lr.release(x);
+    lr.release(z);
+    lr.submit(turn('d', 10, 10));
+    lr.submit(turn('e', 10, 10));
+    assert.deepEqual(
+      lr.poll().map((y) => y.engine),
+      [0, 0],
+    );
+    const st = new Scheduler([1, 1, 1], { policy: 'static', clock: () => 0 });
+    for (const g of [0, 1, 2, 3, 4, 5]) st.submit(turn(`p${g}`, 10, 10, g));
+    assert.deepEqual(
+      st.poll().map((y) => y.engine),
+      [0, 1, 2, 0, 1, 2],
+    );
+  });
+
+  it('resolves acquire() when a turn is dispatched', async () => {
+    const s = new AsyncScheduler(new Scheduler([1000], { clock: () => 0 }));
+    const a = await s.acquire(turn('a', 100, 800));
+    let got = false;
+    const pending = s.acquire(turn('b', 100, 800)).then((b) => {
+      got = true;
+      return b;
+    });
+    await new Promise((r) => setImmediate(r));
+    assert.equal(got, false);
+    s.release(a);
+    const b = await pending;
+    assert.equal(b.request.key, 'b');
+  });
+});
