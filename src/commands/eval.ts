@@ -51,6 +51,13 @@ function engineKind(value: string): 'sglang' | 'vllm' {
   return value;
 }
 
+const SCHEDULES = ['kv', 'least-requests', 'round-robin', 'static'];
+
+function schedule(value: string): string {
+  if (!SCHEDULES.includes(value)) throw new InvalidArgumentError(`expected one of ${SCHEDULES.join(', ')}`);
+  return value;
+}
+
 function compatMode(value: string): Compat {
   if (value !== 'strict' && value !== 'rstar') throw new InvalidArgumentError('expected strict or rstar');
   return value;
@@ -90,7 +97,7 @@ export async function run(argv: string[]): Promise<void> {
     .option('--temperature <t>', 'sampling temperature', number(0))
     .option('--top-p <p>', 'nucleus sampling', number(0, 1))
     .option('--seed <n>', 'sampling seed', integer(0))
-    .option('--schedule <policy>', 'rollout scheduling policy')
+    .option('--schedule <policy>', 'rollout scheduling: kv, least-requests, round-robin or static', schedule)
     .option('--out <dir>', 'write trajectories, report.json, report.md and plots here')
     .option('--limit <n>', 'only the first N problems of each benchmark', integer(1))
     .option(
