@@ -215,6 +215,47 @@ describe('reference answers are self-consistent', () => {
   });
 });
 
+describe('near misses of MATH-500 answers', () => {
+  /** A changed digit, a flipped sign, a swapped bracket, a dropped element, a renamed variable. */
+  const perturb = (a: string): string[] => {
+    const out: string[] = [];
+    for (const m of [...a.matchAll(/\d/g)].slice(0, 4)) {
+      const i = m.index ?? 0;
+      out.push(a.slice(0, i) + String((Number(m[0]) + 1) % 10) + a.slice(i + 1));
+    }
+    if (/^\d+$/.test(a)) out.push(`${a}0`, String(Number(a) / 100), String(Number(a) * 100));
+    if (a.startsWith('(') && a.endsWith(')')) out.push(`[${a.slice(1)}`, `${a.slice(0, -1)}]`);
+    if (a.startsWith('[')) out.push(`(${a.slice(1)}`);
+    if (a.includes('-')) out.push(a.replace('-', '+'));
+    if (a.includes('+')) out.push(a.replace('+', '-'));
+    if (a.includes('x')) out.push(a.replaceAll('x', 'y'));
+    if (a.includes(',')) out.push(a.slice(0, a.lastIndexOf(',')) + (a.endsWith(')') ? ')' : ''));
+    if (a.includes('\\le')) out.push(a.replace('\\le', '<'));
+    if (a.includes('\\sqrt')) out.push(a.replace('\\sqrt', ''));
+    if (a.includes('\\pi')) out.push(a.replace('\\pi', ''));
+    out.push(`-${a}`);
+    return out.filter((p) => p !== a);
+  };
+  /** Changes that do not change the answer: -0 and 00, a unit's exponent, a bracket at infinity. */
+  const harmless = (p: string, a: string): boolean =>
+    (/^-?0+$/.test(p) && a === '0') ||
+    p.replace(/\^\d/g, '') === a.replace(/\^\d/g, '') ||
+    (a.includes('\\infty') && p.replace(/[[\]()]/g, '') === a.replace(/[[\]()]/g, ''));
+
+  it('are all rejected', () => {
+    const accepted: string[] = [];
+    let n = 0;
+    for (const { answer } of jsonl<{ answer: string }>('fixtures/math500.jsonl')) {
+      for (const p of perturb(answer)) {
+        n += 1;
+        if (isEquivalent(p, answer) && !harmless(p, answer)) accepted.push(`${p} ~ ${answer}`);
+      }
+    }
+    assert.ok(n > 2000);
+    assert.deepEqual(accepted, []);
+  });
+});
+
 describe('random input', () => {
   it('never throws, whatever the text', () => {
     const atoms = [
