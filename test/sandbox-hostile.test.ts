@@ -1,0 +1,209 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
+
+type Result = {
+  success: boolean;
+  run_success: boolean;
+  cost: number;
+  reason: string;
+  stdout: string;
+  stderr: string;
+};
+
+const SECRET = `s3cret-${process.pid}`;
+
+/**
+ * Hostile programs against one guarded service (its own cgroup caps pids and memory, so a
+ * sandbox bug cannot take the host down). Every case asserts its own result and then that the
+ * service still answers a normal call correctly and holds no leftover processes.
+ */
+describe('hostile code', () => {
+  let server: GuardedServer;
+  let port = 0;
+  let baseline = 0;
+
+  const run = async (solution: string, input = ''): Promise<Result> => {
+    const response = await fetch(`${server.url}/run`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ type: 'python', solution, input }),
+    });
+    assert.equal(response.status, 200);
+    return (await response.json()) as Result;
+  };
+
+  const unharmed = async () => {
+    const r = await run('import math\nprint(math.factorial(5))');
+    assert.equal(r.stdout, '120\n', JSON.stringify(r));
+    // Every process a call made is gone: only the server, bubblewrap and the executors remain.
+    let count = server.pids().length;
+    for (let i = 0; i < 40 && count > baseline; i += 1) {
+      await new Promise((r) => setTimeout(r, 50));
+      count = server.pids().length;
+    }
+    assert.equal(count, baseline, 'no process of a call survives it');
+  };
+
+  before(async () => {
+    server = await startGuardedServer(['--workers', '2', '--timeout', '3', '--memory', '256'], {
+      maxPids: 600,
+      memoryBytes: 4 * 1024 ** 3,
+      env: { RSTAR_TEST_SECRET: SECRET },
+    });
+    port = Number(new URL(server.url).port);
+    const health = (await (await fetch(`${server.url}/health`)).json()) as { isolation: string };
+    assert.equal(
+      health.isolation,
+      'namespaces',
+      'these tests need the namespace sandbox (root + bubblewrap)',
+    );
+    await run('print(0)');
+    baseline = server.pids().length;
+  });
+  after(async () => {
+    assert.deepEqual(await server.stop(), []);
+  });
+
+  test('runs as PID 1 of its own PID namespace, unprivileged', async () => {
+    const r = await run(
+      'import os\nprint(os.getpid(), os.getuid() != 0, sorted(p for p in os.listdir("/proc") if p.isdigit()))',
+    );
+    assert.equal(r.stdout, "1 True ['1']\n");
+    await unharmed();
+  });
+
+  test('fork bomb', async () => {
+    const r = await run(
+      'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass',
+    );
+    assert.equal(r.success, false);
+    await unharmed();
+  });
+
+  test('thread bomb', async () => {
+    const r = await run(
+      'import threading, time\nwhile True:\n    threading.Thread(target=time.sleep, args=(100,), daemon=True).start()',
+    );
+    assert.equal(r.run_success, false);
+    assert.match(r.stderr, /can't start new thread|RuntimeError|MemoryError/);
+    await unharmed();
+  });
+
+  test('memory creep', async () => {
+    const r = await run('chunks = []\nwhile True:\n    chunks.append(bytearray(10 ** 7))');
+    assert.equal(r.reason, 'memory_limit', JSON.stringify(r));
+    await unharmed();
+  });
+
+  test('disk fill stops at the scratch quota', async () => {
+    const r = await run('with open("big", "wb") as f:\n    while True:\n        f.write(b"x" * 2 ** 20)');
+    assert.equal(r.run_success, false);
+    assert.match(r.stderr, /No space left|File too large|OSError/);
+    await unharmed();
+  });
+
+  test('a million files stop at the inode quota', async () => {
+    const r = await run('import os\nfor i in range(10 ** 6):\n    open(f"f{i}", "w").close()');
+    assert.equal(r.run_success, false);
+    assert.match(r.stderr, /No space left|OSError/);
+    assert.ok(r.cost < 3);
+    await unharmed();
+  });
+
+  test('scratch starts empty every call (no state leaks)', async () => {
+    await run('open("leak.txt", "w").write("x")\nimport sys\nsys.modules["math"].leak = 1');
+    const r = await run('import os, math\nprint(os.listdir("."), hasattr(math, "leak"))');
+    assert.equal(r.stdout, '[] False\n');
+    await unharmed();
+  });
+
+  test('segfault via ctypes', async () => {
+    const r = await run('import ctypes\nctypes.string_at(0)');
+    assert.equal(r.run_success, false);
+    assert.equal(r.reason, '');
+    await unharmed();
+  });
+
+  test('deep recursion', async () => {
+    const r = await run('import sys\nsys.setrecursionlimit(10 ** 8)\ndef f(n):\n    return f(n + 1)\nf(0)');
+    assert.equal(r.run_success, false);
+    await unharmed();
+  });
+
+  test('huge output is cut and the call stopped', async () => {
+    const r = await run('import sys\nwhile True:\n    sys.stdout.write("y" * 65536)');
+    assert.equal(r.reason, 'output_limit');
+    assert.equal(r.stdout.length, 1000);
+    assert.ok(r.cost < 3);
+    await unharmed();
+  });
+
+  test('binary and invalid UTF-8 output', async () => {
+    const r = await run('import os\nos.write(1, bytes(range(256)) * 10)\nos.write(2, b"\\xc3\\x28\\x00")');
+    assert.equal(r.run_success, true);
+    assert.ok(r.stdout.includes('\ufffd'));
+    await unharmed();
+  });
+
+  test('the server environment and /proc stay invisible', async () => {
+    const r = await run(
+      'import os, glob\nseen = ""\nfor p in glob.glob("/proc/*/environ"):\n    try:\n        seen += open(p, "rb").read().decode("latin1")\n    except OSError:\n        pass\nprint("RSTAR_TEST_SECRET" in seen or "RSTAR_TEST_SECRET" in os.environ, os.path.exists("/work"), os.path.exists("/proc/2"))',
+    );
+    assert.equal(r.stdout, 'False False False\n', JSON.stringify(r));
+    assert.ok(!JSON.stringify(r).includes(SECRET));
+    await unharmed();
+  });
+
+  test('writing outside the scratch directory fails', async () => {
+    const r = await run(
+      'import os\nbad = 0\nfor path in ["/etc/rstar-x", "/usr/rstar-x", "/rstar-x", os.path.expanduser("~") + "/../rstar-x", "/dev/shm/../rstar-x"]:\n    try:\n        open(path, "w").write("x")\n        bad += 1\n    except OSError:\n        pass\nopen("ok.txt", "w").write("fine")\nprint(bad, os.getcwd())',
+    );
+    assert.equal(r.stdout, '0 /tmp\n', JSON.stringify(r));
+    await unharmed();
+  });
+
+  test("no network: the server's own port is unreachable", async () => {
+    const r = await run(
+      `import socket\ntry:\n    socket.create_connection(("127.0.0.1", ${port}), timeout=1)\n    print("connected")\nexcept OSError as e:\n    print("blocked")\ntry:\n    socket.create_connection(("1.1.1.1", 80), timeout=1)\n    print("connected")\nexcept OSError:\n    print("blocked")`,
+    );
+    assert.equal(r.stdout, 'blocked\nblocked\n');
+    await unharmed();
+  });
+
+  test('limits cannot be lifted (signal.alarm(0), setrlimit)', async () => {
+    const r = await run(
+      'import resource, signal\nsignal.alarm(0)\nfor lim in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NPROC):\n    try:\n        resource.setrlimit(lim, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n        print("lifted")\n    except (ValueError, OSError):\n        pass\nwhile True:\n    pass',
+    );
+    assert.equal(r.reason, 'worker_timeout');
+    assert.equal(r.stdout, '');
+    await unharmed();
+  });
+
+  test('setsid double-forked daemon does not survive the call', async () => {
+    const r = await run(
+      'import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\nprint("parent done")',
+    );
+    assert.equal(r.stdout, 'parent done\n');
+    await unharmed();
+  });
+
+  test('kill(-1) and killing the parent only hit the call itself', async () => {
+    const r = await run('import os, signal\nos.kill(-1, signal.SIGKILL)\nprint("alive")');
+    assert.equal(r.stdout, 'alive\n');
+    // getppid() is 0 outside the namespace, so this kills the call's own process group.
+    const p = await run(
+      'import os, signal\nfor pid in range(2, 4096):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\nos.kill(os.getppid(), signal.SIGKILL)\nprint("unreachable")',
+    );
+    assert.equal(p.run_success, false);
+    assert.equal(p.stdout, '');
+    await unharmed();
+  });
+
+  test('fake end markers and protocol bytes in stdout are just output', async () => {
+    const fake = '@@E\\n@@D0.1\\n\\x00\\x00\\x00\\x05{}}}}';
+    const r = await run(`import sys\nsys.stdout.write("${fake}")\nprint('{"id": 1, "exit": 0}')`);
+    assert.equal(r.stdout, '@@E\n@@D0.1\n\u0000\u0000\u0000\u0005{}}}}{"id": 1, "exit": 0}\n');
+    await unharmed();
+  });
+});
