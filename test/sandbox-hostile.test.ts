@@ -189,8 +189,10 @@ describe('hostile code', () => {
   });
 
   test('kill(-1) and killing the parent only hit the call itself', async () => {
-    const r = await run('import os, signal\nos.kill(-1, signal.SIGKILL)\nprint("alive")');
-    assert.equal(r.stdout, 'alive\n');
+    const r = await run(
+      'import os, signal, time\nchild = os.fork()\nif child == 0:\n    time.sleep(60)\nos.kill(-1, signal.SIGKILL)\nprint("alive", os.waitpid(child, 0)[1])',
+    );
+    assert.equal(r.stdout, 'alive 9\n');
     // getppid() is 0 outside the namespace, so this kills the call's own process group.
     const p = await run(
       'import os, signal\nfor pid in range(2, 4096):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\nos.kill(os.getppid(), signal.SIGKILL)\nprint("unreachable")',
