@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { tokenIds, version } from './common.js';
+import { lossMask, numbers, tokenIds, version } from './common.js';
 
 export const Finish = z.enum(['stop', 'length', 'max_turns', 'tool_overflow', 'error']);
 export type Finish = z.output<typeof Finish>;
@@ -24,8 +24,8 @@ export const Trajectory = z
     policy: z.string(),
     prompt_ids: tokenIds,
     response_ids: tokenIds,
-    loss_mask: z.array(z.union([z.literal(0), z.literal(1)])),
-    logprobs: z.array(z.number()),
+    loss_mask: lossMask,
+    logprobs: numbers,
     text: z.string(),
     turns: count,
     tool_calls: count,
@@ -64,9 +64,9 @@ export type Trajectory = z.output<typeof Trajectory>;
 export const TrainRecord = z
   .looseObject({
     prompt_ids: tokenIds,
-    response_ids: tokenIds.min(1),
-    loss_mask: z.array(z.union([z.literal(0), z.literal(1)])),
-    logprobs: z.array(z.number()).optional(),
+    response_ids: tokenIds.refine((ids) => ids.length > 0, 'must not be empty'),
+    loss_mask: lossMask,
+    logprobs: numbers.optional(),
     advantage: z.number().optional(),
   })
   .superRefine((t, ctx) => {
