@@ -231,6 +231,10 @@ class Engine:
 
     def abort(self, rid=None, all_=False):
         def op():
+            with self.lock:  # HTTP threads append to `waiting` concurrently
+                return remove()
+
+        def remove():
             n = 0
             for r in list(self.waiting):
                 if all_ or r.rid == rid:

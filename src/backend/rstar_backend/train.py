@@ -191,7 +191,7 @@ class Trainer:
 
     def step(self, batch):
         a = self.args
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()
         grpo = a.loss == "grpo"
         seqs = [validate(rec, where, self.cfg.vocab_size, grpo, grpo and a.old_logprobs == "rollout")
                 for where, rec in batch]
@@ -247,7 +247,9 @@ class Trainer:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
                 dist.all_reduce(p.grad)
+            sums = sums.to(self.device)  # nccl reduces device tensors only
             dist.all_reduce(sums)
+            sums = sums.cpu()
         max_norm = a.max_grad_norm if a.max_grad_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
         lr = self.lr_at(self.step_no)
@@ -267,6 +269,7 @@ class Trainer:
             "pg_clipfrac": float(sums[1]) / n_loss, "approx_kl": float(sums[2]) / n_loss,
             "entropy": float(sums[3]) / n_loss, "grad_norm": grad_norm, "lr": lr,
             "sequences": len(seqs), "tokens": tokens, "seconds": round(time.time() - t0, 6),
+            "cpu_seconds": round(time.process_time() - c0, 6),
             "loss_type": a.loss, "loss_tokens": int(n_loss), "micro_batches": len(mbs), "world_size": self.world,
         }
         if sums[5] > 0:
