@@ -2,8 +2,8 @@ import { DataError, UsageError } from '../errors.js';
 import { NdjsonWriter, openInput, readAll, readRecords } from '../ndjson/index.js';
 import { number, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
+import { ScoredTrajectory, VerifyCase } from '../records/verify.js';
 import { type Compat, extractLoose, isEquivalent, scoreResponse } from '../reward/index.js';
-import { ScoredTrajectory, VerifyCase } from '../reward/record.js';
 
 export async function run(argv: string[]): Promise<void> {
   const cmd = program('verify', 'extract final answers and check them against references')

@@ -4,12 +4,14 @@ import { Problem } from './problem.js';
 import { BatchSubmission, Submission, SubmissionResult } from './sandbox.js';
 import { Step } from './step.js';
 import { TrainRecord, Trajectory } from './trajectory.js';
+import { ScoredTrajectory, VerifyCase } from './verify.js';
 
 export * from './eval.js';
 export * from './problem.js';
 export * from './sandbox.js';
 export * from './step.js';
 export * from './trajectory.js';
+export * from './verify.js';
 
 /** The records `rstar schema NAME` can print. */
 export const RECORDS: Record<string, z.ZodType> = {
@@ -22,4 +24,6 @@ export const RECORDS: Record<string, z.ZodType> = {
   submission: Submission,
   'batch-submission': BatchSubmission,
   'submission-result': SubmissionResult,
+  'verify-case': VerifyCase,
+  'scored-trajectory': ScoredTrajectory,
 };
