@@ -1,0 +1,104 @@
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
+
+type Result = { sub_id: string; success: boolean; run_success: boolean; reason: string; stdout: string };
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+async function startRedis(port: number): Promise<ChildProcess> {
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let log = '';
+  child.stdout?.setEncoding('utf8').on('data', (t: string) => {
+    log += t;
+  });
+  for (let i = 0; i < 100 && !/Ready to accept connections/.test(log); i += 1)
+    await new Promise((r) => setTimeout(r, 50));
+  assert.match(log, /Ready to accept connections/);
+  return child;
+}
+
+async function batch(url: string, submissions: unknown[]): Promise<Result[]> {
+  const response = await fetch(`${url}/run/long-batch`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ type: 'batch', submissions }),
+  });
+  assert.equal(response.status, 200);
+  return ((await response.json()) as { results: Result[] }).results;
+}
+
+const metric = async (url: string, pattern: RegExp) =>
+  Number(pattern.exec(await (await fetch(`${url}/metrics`)).text())?.[1] ?? 0);
+
+describe('sandbox-serve --redis: several workers share one queue', () => {
+  let redis: ChildProcess;
+  let a: GuardedServer;
+  let b: GuardedServer;
+  before(async () => {
+    const port = await freePort();
+    redis = await startRedis(port);
+    const args = ['--workers', '1', '--timeout', '2', '--redis', `redis://127.0.0.1:${port}`];
+    [a, b] = await Promise.all([startGuardedServer(args), startGuardedServer(args)]);
+  });
+  after(async () => {
+    await Promise.all([a?.stop(), b?.stop()]);
+    redis?.kill('SIGTERM');
+    await new Promise((r) => redis.once('exit', r));
+  });
+
+  test('calls sent to one server are worked by both, answered in order', async () => {
+    const subs = Array.from({ length: 8 }, (_, i) => ({
+      type: 'python',
+      sub_id: `spread-${i}`,
+      solution: `import time\ntime.sleep(0.3)\nprint(${i})`,
+    }));
+    const results = await batch(a.url, subs);
+    assert.deepEqual(
+      results.map((r) => [r.sub_id, r.stdout]),
+      subs.map((s, i) => [s.sub_id, `${i}\n`]),
+    );
+    // B only receives work through Redis; its executor must have run some of it.
+    assert.ok((await metric(b.url, /rstar_sandbox_calls_total\{reason=""\} (\d+)/)) > 0);
+  });
+
+  test('a worker SIGKILLed mid-batch loses nothing; results are idempotent by sub_id', async () => {
+    const tag = Date.now();
+    const subs = Array.from({ length: 6 }, (_, i) => ({
+      type: 'python',
+      sub_id: `kill-${tag}-${i}`,
+      solution: `import time\ntime.sleep(0.8)\nprint(${i} * 10)`,
+    }));
+    const pending = batch(a.url, subs);
+    await new Promise((r) => setTimeout(r, 1200));
+    // SIGKILL: no shutdown handler runs; its executors die with it (bubblewrap --die-with-parent).
+    await b.stop('SIGKILL');
+    const results = await pending;
+    assert.deepEqual(
+      results.map((r) => [r.sub_id, r.stdout, r.reason]),
+      subs.map((s, i) => [s.sub_id, `${i * 10}\n`, '']),
+    );
+    // Asking again returns the stored results without running anything.
+    const before = await metric(a.url, /rstar_sandbox_deduplicated_total (\d+)/);
+    const again = await batch(a.url, subs);
+    assert.deepEqual(again, results);
+    assert.equal((await metric(a.url, /rstar_sandbox_deduplicated_total (\d+)/)) - before, subs.length);
+  });
+});
