@@ -75,9 +75,11 @@ interface Run {
 
 /** Runs a command under bash so `times` reports the CPU its process tree used; on a shared machine
  * the wall clock measures the neighbours' load as much as ours, the CPU time does not. */
-async function measured(cmd: string[]): Promise<Run> {
+async function measured(cmd: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
   const t0 = performance.now();
-  const r = await execa('bash', ['-c', '"$@" && times >&2', 'bash', ...cmd], { env: backendEnv() });
+  const r = await execa('bash', ['-c', '"$@" && times >&2', 'bash', ...cmd], {
+    env: { ...backendEnv(), ...env },
+  });
   const wall = (performance.now() - t0) / 1000;
   const times = String(r.stderr).trim().split('\n').slice(-1)[0];
   const secs = [...times.matchAll(/(\d+)m([\d.]+)s/g)].map((m) => Number(m[1]) * 60 + Number(m[2]));
@@ -97,6 +99,23 @@ async function trainBench(python: string, model: string, dir: string, loss: stri
     direct.push(await measured([python, BACKEND_SCRIPT, 'train', '--follow', ...common, '--file', data]));
     bridge.push(await measured([process.execPath, BIN, 'train-step', '--follow', ...common, data]));
   }
+  // The bridge's own cost, free of the trainer's run-to-run noise: the same command with a stand-in
+  // "python" (awk) that answers each batch with a Step line at once; CPU of node + awk.
+  const stub = join(dir, 'stub-python');
+  const step = '{\\"v\\":1,\\"step\\":1,\\"seconds\\":0,\\"cpu_seconds\\":0,\\"tokens\\":0}';
+  writeFileSync(
+    stub,
+    [
+      '#!/bin/sh',
+      '[ "$1" = "-c" ] && exit 0',
+      `exec awk '/end_batch/ { if (n) print "${step}"; n = 0; next } NF { n++ } END { if (n) print "${step}" }'`,
+      '',
+    ].join('\n'),
+    { mode: 0o755 },
+  );
+  const bridgeOnly = await measured([process.execPath, BIN, 'train-step', '--follow', ...common, data], {
+    RSTAR_PYTHON: stub,
+  });
   const best = (runs: Run[], key: 'wall' | 'cpu') => Math.min(...runs.map((r) => r[key]));
   const steps = direct[0].steps.slice(1); // the first step pays for warm-up allocations
   const tokens = direct[0].steps[0].tokens;
@@ -116,6 +135,9 @@ async function trainBench(python: string, model: string, dir: string, loss: stri
     direct_cpu_s: best(direct, 'cpu'),
     bridge_cpu_s: best(bridge, 'cpu'),
     bridge_overhead_cpu: (best(bridge, 'cpu') - best(direct, 'cpu')) / best(direct, 'cpu'),
+    bridge_only_cpu_s: bridgeOnly.cpu,
+    bridge_only_wall_s: bridgeOnly.wall,
+    bridge_cost_share: bridgeOnly.cpu / best(direct, 'cpu'),
   };
 }
 
@@ -219,7 +241,9 @@ async function main(): Promise<void> {
           `${r.tokens_per_cpu_s.toFixed(0)} tokens per CPU-second; ${r.tokens_per_step} tokens/step; ` +
           `${r.steps} steps end to end: direct ${r.direct_wall_s.toFixed(2)} s wall / ${r.direct_cpu_s.toFixed(2)} s CPU, ` +
           `rstar train-step --follow ${r.bridge_wall_s.toFixed(2)} s / ${r.bridge_cpu_s.toFixed(2)} s; ` +
-          `bridge overhead ${(100 * r.bridge_overhead_wall).toFixed(1)}% wall, ${(100 * r.bridge_overhead_cpu).toFixed(1)}% CPU`,
+          `bridge overhead ${(100 * r.bridge_overhead_wall).toFixed(1)}% wall, ${(100 * r.bridge_overhead_cpu).toFixed(1)}% CPU; ` +
+          `the bridge alone (stand-in backend) ${r.bridge_only_cpu_s.toFixed(2)} s CPU = ` +
+          `${(100 * r.bridge_cost_share).toFixed(1)}% of the direct run`,
       );
     }
     const engine = [];

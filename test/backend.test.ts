@@ -5,7 +5,9 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { execa } from 'execa';
 import { BACKEND_DIR, findPython } from '../src/backend/python.js';
+import { startTrainer } from '../src/backend/trainer.js';
 import { Step } from '../src/records/step.js';
+import type { TrainRecord } from '../src/records/trajectory.js';
 import { lines, ndjson, ROOT, rstar } from './helpers.js';
 
 /** A config far smaller than fixtures/tiny, so the tests do not depend on the fixture's sizes. */
@@ -28,7 +30,7 @@ export const SMALL_CONFIG = {
   torch_dtype: 'float32',
 };
 
-const records = [
+const records: TrainRecord[] = [
   { prompt_ids: [1, 5, 9], response_ids: [10, 11, 12, 13], loss_mask: [1, 1, 0, 1], advantage: 1 },
   { prompt_ids: [2, 6], response_ids: [20, 21, 22], loss_mask: [1, 1, 1], advantage: -1 },
   { prompt_ids: [3, 7, 8, 4], response_ids: [30, 31], loss_mask: [1, 1], advantage: 0.5 },
@@ -175,6 +177,28 @@ describe('backend: model-init and train-step CLIs', () => {
     );
     for (const s of steps) assert.ok(existsSync(join(s.checkpoint, 'model.safetensors')));
     assert.equal(steps[2].checkpoint, join(dir, 'follow-3'));
+  });
+
+  test('startTrainer: a resident trainer for TypeScript orchestrators', async () => {
+    const trainer = await startTrainer({
+      loss: 'grpo',
+      model: m0,
+      out: join(dir, 'resident-{step}'),
+      args: ['--lr', '1e-3'],
+    });
+    try {
+      const [a, b] = await Promise.all([trainer.step(records.slice(0, 2)), trainer.step(records.slice(2))]);
+      assert.deepEqual([a.step, a.sequences, b.step, b.sequences], [1, 2, 2, 2]);
+      assert.ok(existsSync(join(dir, 'resident-2', 'model.safetensors')));
+      await assert.rejects(trainer.step([]), /empty batch/);
+      await assert.rejects(
+        trainer.step([{ ...records[0], response_ids: [1, 2, 3, 999] }]),
+        /response_ids\.3: token id 999 is out of the vocabulary/,
+      );
+      await assert.rejects(trainer.step(records), /out of the vocabulary/, 'a dead trainer says why');
+    } finally {
+      await trainer.close();
+    }
   });
 
   test('2 data-parallel processes give the same update as 1', async () => {
