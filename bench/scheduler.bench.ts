@@ -152,6 +152,8 @@ export interface SimResult {
   makespan: number;
   lowerBound: number;
   idle: number;
+  /** Engine time spent recomputing prefixes (after a move or a KV overflow), as a fraction. */
+  recompute: number;
   overflows: number;
   tokens: number;
 }
@@ -203,9 +205,7 @@ export function simulate(policy: Policy, engines: number, w: WorkloadModel, seed
   let mandatoryPrefill = 0;
   for (const t of trajs)
     mandatoryPrefill += (t.prompt + t.turns.reduce((a, x) => a + x.toolTokens, 0)) / ENGINE.prefill;
-  let tailStart = -1;
   while (remaining > 0) {
-    if (tailStart < 0 && remaining < engines * (ENGINE.aggregate / ENGINE.perSeq)) tailStart = now;
     if (now >= nextScrape) {
       for (const [e, g] of sim.entries()) sched.observe(e, { total: ENGINE.capacity, used: g.used });
       nextScrape = now + SCRAPE_S;
@@ -296,16 +296,6 @@ export function simulate(policy: Policy, engines: number, w: WorkloadModel, seed
   const generated = sim.reduce((s, g) => s + g.generated, 0);
   const work = totalTokens / ENGINE.aggregate + mandatoryPrefill;
   const lowerBound = Math.max(work / engines, criticalPath);
-  if (process.env.SIM_DEBUG)
-    console.log({
-      policy,
-      work: work / engines,
-      criticalPath,
-      prefill: prefillTime / engines,
-      mandatory: mandatoryPrefill / engines,
-      tailStart,
-      now,
-    });
   return {
     policy,
     engines,
@@ -313,6 +303,7 @@ export function simulate(policy: Policy, engines: number, w: WorkloadModel, seed
     makespan: now,
     lowerBound,
     idle: 1 - (generated / ENGINE.aggregate + prefillTime) / (engines * now),
+    recompute: (prefillTime - mandatoryPrefill) / (engines * now),
     overflows,
     tokens: totalTokens,
   };
@@ -389,6 +380,7 @@ function main(): void {
         console.log(
           `${w.name.padEnd(12)} ${String(size).padStart(3)} engines  ${p.padEnd(14)} makespan ${r.makespan.toFixed(0).padStart(5)} s` +
             `  (${(r.makespan / r.lowerBound).toFixed(2)}× LB ${r.lowerBound.toFixed(0)} s)  idle ${(100 * r.idle).toFixed(1)}%` +
+            `  recompute ${(100 * r.recompute).toFixed(1)}%` +
             `  overflows ${r.overflows}  [${((performance.now() - t0) / 1000).toFixed(1)} s]`,
         );
       }

@@ -49,7 +49,7 @@ export interface SchedulerOptions {
   prefixMinFraction?: number;
   /**
    * How long (clock units) a turn waits for its prefix engine to have room before it moves and
-   * pays a full prefill elsewhere (default 5000). Other turns go ahead meanwhile.
+   * pays a full prefill elsewhere (default 15000). Other turns go ahead meanwhile.
    */
   prefixWaitMs?: number;
 }
@@ -97,7 +97,7 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
     this.policy = options.policy ?? 'kv';
     this.#clock = options.clock ?? (() => performance.now());
     this.#prefixMin = options.prefixMinFraction ?? 0.5;
-    this.#prefixWait = options.prefixWaitMs ?? 5000;
+    this.#prefixWait = options.prefixWaitMs ?? 15_000;
     this.#engines = capacities.map((total) => ({
       alive: true,
       total,
