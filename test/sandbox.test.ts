@@ -218,7 +218,12 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     const zygotes = () =>
       server.pids().filter((pid) => {
         try {
-          return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('The warm executor');
+          // Per-call children are forks with the same command line; executors are bwrap's children.
+          const ppid = /PPid:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+          return (
+            readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('The warm executor') &&
+            readFileSync(`/proc/${ppid}/comm`, 'utf8').trim() === 'bwrap'
+          );
         } catch {
           return false;
         }
@@ -227,10 +232,10 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     assert.ok(before.length >= 2, `found ${before.length} executors`);
     const slow = Promise.all([
       run(server.url, 'import time\ntime.sleep(1.5)'),
-      run(server.url, 'import time\ntime.sleep(1.5)'),
+      run(server.url, 'import time, numpy\ntime.sleep(1.5)'),
     ]);
     await new Promise((r) => setTimeout(r, 500));
-    for (const pid of before) process.kill(pid, 'SIGKILL');
+    for (const pid of zygotes()) process.kill(pid, 'SIGKILL');
     const results = await slow;
     assert.deepEqual(
       results.map((r) => r.reason),

@@ -8,10 +8,13 @@ import { resolveInterpreter } from './python.js';
 const ZYGOTE = fileURLToPath(new URL('../../../src/sandbox/zygote.py', import.meta.url));
 
 /** Modules model code imports; loaded once per executor so a call does not pay for them. */
-export const PRELOAD = ['math', 'itertools', 'fractions', 'collections', 'functools', 'numpy', 'sympy'];
+export const PRELOAD_LIGHT = ['math', 'itertools', 'fractions', 'collections', 'functools', 're'];
+export const PRELOAD = [...PRELOAD_LIGHT, 'numpy', 'sympy'];
 
 export interface ExecutorConfig {
   index: number;
+  /** Preloads numpy and sympy (light executors fork a much smaller interpreter). */
+  heavy: boolean;
   /** Unprivileged uid the calls of this executor run as (its own, so RLIMIT_NPROC is per worker). */
   uid: number;
   memoryMb: number;
@@ -129,7 +132,7 @@ export class Executor {
       scratch_inodes: c.scratchInodes,
       scratch_dir: c.isolate ? '/tmp' : '/tmp',
       env: USER_ENV,
-      preload: PRELOAD,
+      preload: c.heavy ? PRELOAD : PRELOAD_LIGHT,
     };
     const python = [interp.executable, '-I', '-c', readFileSync(ZYGOTE, 'utf8'), JSON.stringify(config)];
     const command = c.isolate ? ['bwrap', ...bwrapArgs(interp.prefixes), '--', ...python] : python;

@@ -69,6 +69,48 @@ export interface Runner {
   close(): Promise<void>;
 }
 
+/** A FIFO with O(1) amortised shift. */
+class Fifo {
+  #items: Job[] = [];
+  #head = 0;
+  get length(): number {
+    return this.#items.length - this.#head;
+  }
+  push(job: Job): void {
+    this.#items.push(job);
+  }
+  peek(): Job | undefined {
+    return this.#head < this.#items.length ? this.#items[this.#head] : undefined;
+  }
+  shift(): Job | undefined {
+    if (this.#head >= this.#items.length) return undefined;
+    const job = this.#items[this.#head];
+    this.#head += 1;
+    if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
+      this.#items = this.#items.slice(this.#head);
+      this.#head = 0;
+    }
+    return job;
+  }
+  /** Removes and returns the jobs for which `expired` is true. */
+  removeWhere(expired: (job: Job) => boolean): Job[] {
+    const gone: Job[] = [];
+    const keep: Job[] = [];
+    for (let i = this.#head; i < this.#items.length; i += 1)
+      (expired(this.#items[i]) ? gone : keep).push(this.#items[i]);
+    this.#items = keep;
+    this.#head = 0;
+    return gone;
+  }
+}
+
+/**
+ * Code that names a heavy library goes to executors that preloaded it; everything else to
+ * light executors, whose much smaller interpreter forks about twice as fast.
+ */
+const HEAVY = /\b(sympy|numpy|scipy|mpmath|pandas|networkx|torch)\b/;
+export const needsHeavy = (code: string): boolean => HEAVY.test(code);
+
 /**
  * A bounded queue in front of warm executors. Every submission resolves exactly once: with its
  * result, `queue_timeout` (never started: safe to retry), or `internal_error` (its executor died;
@@ -81,9 +123,10 @@ export class LocalPool implements Runner {
   readonly isolation: { isolate: boolean; reason: string };
   #cgroups: CgroupManager;
   #executors: Executor[] = [];
-  #queue: Job[] = [];
-  #head = 0;
+  #heavy = new Fifo();
+  #light = new Fifo();
   #shortQueued = 0;
+  #lightCount = 0;
   #inflight = 0;
   #closing = false;
   #sweeper?: NodeJS.Timeout;
@@ -106,7 +149,7 @@ export class LocalPool implements Runner {
   }
 
   get queued(): number {
-    return this.#queue.length - this.#head;
+    return this.#heavy.length + this.#light.length;
   }
 
   get cgroupKind(): string {
@@ -126,7 +169,11 @@ export class LocalPool implements Runner {
     // Distinct uids per server and worker keep RLIMIT_NPROC (counted per uid) per worker.
     const uidBase = 200_000 + (process.pid % 10_000) * 64;
     const starts: Promise<void>[] = [];
+    // Light executors first: dispatch offers them light code before a heavy executor takes it.
+    const heavyCount = o.workers === 1 ? 1 : Math.ceil(o.workers / 2);
+    this.#lightCount = o.workers - heavyCount;
     for (let index = 0; index < o.workers; index += 1) {
+      const heavy = index >= o.workers - heavyCount;
       const cgroup = this.#cgroups.create(
         `w${index}`,
         (o.memoryMb + o.scratchMb + 16 + 512) * 1024 * 1024,
@@ -134,6 +181,7 @@ export class LocalPool implements Runner {
       );
       const config: ExecutorConfig = {
         index,
+        heavy,
         uid: uidBase + index,
         memoryMb: o.memoryMb,
         outputChars: o.outputChars,
@@ -202,21 +250,25 @@ export class LocalPool implements Runner {
         return;
       }
       const wait = (long ? this.options.longQueueTimeoutS : this.options.queueTimeoutS) * 1000;
-      this.#queue.push({ submission, long, enqueued: now, deadline: now + wait, resolve: answer });
+      const job = { submission, long, enqueued: now, deadline: now + wait, resolve: answer };
+      (needsHeavy(submission.solution) ? this.#heavy : this.#light).push(job);
       if (!long) this.#shortQueued += 1;
       this.#dispatch();
     });
   }
 
-  #take(): Job | undefined {
-    if (this.#head >= this.#queue.length) return undefined;
-    const job = this.#queue[this.#head];
-    this.#head += 1;
-    if (this.#head > 1024 && this.#head * 2 > this.#queue.length) {
-      this.#queue = this.#queue.slice(this.#head);
-      this.#head = 0;
+  /** The oldest job this executor can run: heavy executors run both kinds, light ones light code only. */
+  #take(executor?: Executor): Job | undefined {
+    const heavy = this.#heavy.peek();
+    const light = this.#light.peek();
+    let job: Job | undefined;
+    if (executor && !executor.config.heavy) job = this.#light.shift();
+    else if (heavy && (!light || heavy.enqueued <= light.enqueued)) job = this.#heavy.shift();
+    else if (!executor || this.#lightCount === 0) {
+      // Light code would cost a heavy executor twice the CPU; light executors take it.
+      job = this.#light.shift();
     }
-    if (!job.long) this.#shortQueued -= 1;
+    if (job && !job.long) this.#shortQueued -= 1;
     return job;
   }
 
@@ -224,13 +276,13 @@ export class LocalPool implements Runner {
     for (const executor of this.#executors) {
       if (this.queued === 0) return;
       if (!executor.alive || executor.busy) continue;
-      let job = this.#take();
+      let job = this.#take(executor);
       const now = performance.now();
       while (job && job.deadline < now) {
         job.resolve(failure(job.submission, 'queue_timeout', (now - job.enqueued) / 1000));
-        job = this.#take();
+        job = this.#take(executor);
       }
-      if (!job) return;
+      if (!job) continue;
       this.#execute(executor, job);
     }
   }
@@ -264,16 +316,12 @@ export class LocalPool implements Runner {
   #sweep(): void {
     const now = performance.now();
     if (this.queued === 0) return;
-    const keep: Job[] = [];
-    for (let i = this.#head; i < this.#queue.length; i += 1) {
-      const job = this.#queue[i];
-      if (job.deadline < now) {
+    for (const fifo of [this.#heavy, this.#light]) {
+      for (const job of fifo.removeWhere((j) => j.deadline < now)) {
         if (!job.long) this.#shortQueued -= 1;
         job.resolve(failure(job.submission, 'queue_timeout', (now - job.enqueued) / 1000));
-      } else keep.push(job);
+      }
     }
-    this.#queue = keep;
-    this.#head = 0;
   }
 
   #onExecutorExit(executor: Executor): void {
