@@ -116,6 +116,13 @@ async function trainBench(python: string, model: string, dir: string, loss: stri
   const bridgeOnly = await measured([process.execPath, BIN, 'train-step', '--follow', ...common, data], {
     RSTAR_PYTHON: stub,
   });
+  // ten times the batches: what the bridge costs per batch once started
+  const data10 = join(dir, 'batches-x10.jsonl');
+  writeFileSync(data10, readFileSync(data, 'utf8').repeat(10));
+  const bridgeOnly10 = await measured([process.execPath, BIN, 'train-step', '--follow', ...common, data10], {
+    RSTAR_PYTHON: stub,
+  });
+  const perBatch = Math.max(0, (bridgeOnly10.cpu - bridgeOnly.cpu) / (9 * STEPS));
   const best = (runs: Run[], key: 'wall' | 'cpu') => Math.min(...runs.map((r) => r[key]));
   const steps = direct[0].steps.slice(1); // the first step pays for warm-up allocations
   const tokens = direct[0].steps[0].tokens;
@@ -138,6 +145,8 @@ async function trainBench(python: string, model: string, dir: string, loss: stri
     bridge_only_cpu_s: bridgeOnly.cpu,
     bridge_only_wall_s: bridgeOnly.wall,
     bridge_cost_share: bridgeOnly.cpu / best(direct, 'cpu'),
+    bridge_cpu_per_batch_s: perBatch,
+    bridge_per_step_share: perBatch / stepCpu,
   };
 }
 
@@ -243,7 +252,8 @@ async function main(): Promise<void> {
           `rstar train-step --follow ${r.bridge_wall_s.toFixed(2)} s / ${r.bridge_cpu_s.toFixed(2)} s; ` +
           `bridge overhead ${(100 * r.bridge_overhead_wall).toFixed(1)}% wall, ${(100 * r.bridge_overhead_cpu).toFixed(1)}% CPU; ` +
           `the bridge alone (stand-in backend) ${r.bridge_only_cpu_s.toFixed(2)} s CPU = ` +
-          `${(100 * r.bridge_cost_share).toFixed(1)}% of the direct run`,
+          `${(100 * r.bridge_cost_share).toFixed(1)}% of the direct run; per further batch ` +
+          `${(1000 * r.bridge_cpu_per_batch_s).toFixed(1)} ms CPU = ${(100 * r.bridge_per_step_share).toFixed(2)}% of a step`,
       );
     }
     const engine = [];

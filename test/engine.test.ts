@@ -245,6 +245,18 @@ describe('engine-serve: SGLang /generate subset', () => {
     assert.equal(res.status, 400);
   });
 
+  test('hundreds of simultaneous connections are all answered', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        post<Generated>(`${engine.url}/generate`, {
+          input_ids: [1, 3 + i],
+          sampling_params: { max_new_tokens: 2, temperature: 0, ignore_eos: true },
+        }),
+      ),
+    );
+    for (const r of results) assert.equal(r.json.output_ids.length, 2);
+  });
+
   test('abort_request ends a running request', async () => {
     const pending = post<Generated>(`${engine.url}/generate`, {
       rid: 'long-one',

@@ -274,6 +274,9 @@ class Engine:
                 if self.stopped:
                     return
                 ops, self.pending_ops = self.pending_ops, []
+            for op in ops:  # aborts and weight updates, before admission so an abort finds its request
+                op()
+            with self.lock:
                 admit = []
                 # FIFO: the head waits until it fits, so a long request is never starved by short ones.
                 while self.waiting and len(self.running) + len(admit) < self.args.max_running_requests:
@@ -284,8 +287,6 @@ class Engine:
                     r.slots = self.pool.alloc(r.reserve)
                     admit.append(r)
                 self.max_used = max(self.max_used, self.pool.used)
-            for op in ops:
-                op()
             try:
                 with torch.no_grad():
                     for r in admit:
@@ -566,6 +567,12 @@ def make_handler(engine):
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    # A rollout opens hundreds of connections at once; the stdlib's backlog of 5 would reset them.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 def server_info(engine):
     cfg = engine.cfg
     return {
@@ -596,8 +603,7 @@ def main(argv):
     except CheckpointError as e:
         sys.stderr.write(f"rstar engine-serve: {e}\n")
         return 1
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
-    server.daemon_threads = True
+    server = Server((args.host, args.port), make_handler(engine))
     host, port = server.server_address[:2]
     sys.stderr.write(f"listening on http://{host}:{port}\n")
     sys.stderr.flush()
