@@ -55,27 +55,35 @@ describe('KV-cache-aware scheduler', () => {
     assert.equal(s.stats()[0].overcommits, 1);
   });
 
-  it('counts free capacity from the last scrape minus reservations made since', () => {
+  it('counts free capacity from the last scrape minus reservations since, capped by all reservations', () => {
     const s = new Scheduler([10_000], { clock: () => 0 });
     s.submit(turn('a', 1000, 3000));
     const [a] = s.poll();
     assert.equal(s.free(0), 6000);
-    // The engine reports what the turn really holds (1200 tokens), plus 500 of someone else's.
+    // The engine reports what the turn holds now (1200) plus 500 of someone else's: the scrape
+    // alone would say 8300 free, but a may still grow to its 4000-token reservation.
     s.observe(0, { total: 10_000, used: 1700 });
-    assert.equal(s.free(0), 8300);
+    assert.equal(s.free(0), 6000);
     s.submit(turn('b', 1000, 1000));
     const [b] = s.poll();
-    assert.equal(s.free(0), 6300);
+    assert.equal(s.free(0), 4000);
     s.release(a);
-    assert.equal(s.free(0), 6300, 'a was counted by the scrape, not by a reservation');
+    assert.equal(
+      s.free(0),
+      6300,
+      'a was counted by the scrape: its release frees nothing until the next one',
+    );
     s.release(b);
     assert.equal(s.free(0), 8300);
+    // KV used by others shows up through the scrape.
+    s.observe(0, { total: 10_000, used: 9000 });
+    assert.equal(s.free(0), 1000);
     // A scrape started before a dispatch does not count it: the reservation stays.
     const seq = s.sequence;
-    s.submit(turn('c', 500, 500));
-    s.poll();
+    s.submit(turn('c', 500, 400));
+    assert.equal(s.poll().length, 1);
     s.observe(0, { total: 10_000, used: 0 }, seq);
-    assert.equal(s.free(0), 9000);
+    assert.equal(s.free(0), 9100);
   });
 
   it("prefers the engine holding a trajectory's prefix, unless it is short, and waits a while for it", () => {

@@ -124,14 +124,15 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
   }
 
   /**
-   * Free KV of engine `e`: the free capacity the last scrape saw, minus what we reserved since
-   * that scrape. Turns dispatched before the scrape are in its `used` at their actual size (less
-   * than their reservation), which is what lets more turns run than full reservations would.
-   * An engine that is never scraped falls back to capacity minus all outstanding reservations.
+   * Free KV of engine `e`: the free capacity the last scrape saw minus what we reserved since
+   * that scrape, and never more than capacity minus all our outstanding reservations. The scrape
+   * catches KV we did not reserve (other clients, cache); the cap keeps us from admitting on the
+   * strength of a scrape that saw our turns before they grew to their reservation, which in the
+   * benchmark turned into KV overflows and recomputation (docs/rollout.md).
    */
   free(e: number): number {
     const g = this.#engines[e];
-    return g.total - g.scrapedUsed - g.sinceScrape;
+    return Math.min(g.total - g.scrapedUsed - g.sinceScrape, g.total - g.reserved);
   }
 
   stats(): EngineStats[] {
