@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { SandboxClient } from '../src/sandbox/client.js';
 import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
@@ -368,4 +368,25 @@ describe('formatToolResponse (rStar2-Agent tool-response text)', () => {
     assert.equal(fixed2(0.005), '0.01');
     assert.equal(fixed2(2.675), '2.67');
   });
+});
+
+test('without namespaces the service says so and still runs calls in a private directory', async () => {
+  const server = await startGuardedServer(['--workers', '1', '--timeout', '2'], {
+    env: { RSTAR_SANDBOX_NO_ISOLATION: '1' },
+  });
+  try {
+    assert.match(server.stderr(), /WARNING: isolation degraded/);
+    const health = (await (await fetch(`${server.url}/health`)).json()) as { isolation: string };
+    assert.equal(health.isolation, 'degraded');
+    const r = await run(
+      server.url,
+      'import os\nopen("f", "w").write("x")\nprint(os.getcwd(), os.getuid() != 0)',
+    );
+    const [cwd, unprivileged] = (r.stdout ?? '').trim().split(' ');
+    assert.match(cwd, /rstar-call-/);
+    assert.equal(unprivileged, 'True');
+    assert.equal(existsSync(cwd), false, 'the scratch directory is removed after the call');
+  } finally {
+    await server.stop();
+  }
 });

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 /**
@@ -61,10 +61,51 @@ function readPids(file: string): number[] {
   }
 }
 
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Removes the cgroups a previous `sandbox-serve` left behind when it was SIGKILLed (its
+ * executors die with it, but a dead process cannot rmdir its groups).
+ */
+function sweepStale(parent: string): void {
+  let entries: string[];
+  try {
+    entries = readdirSync(parent);
+  } catch {
+    return;
+  }
+  for (const name of entries) {
+    const match = /^rstar-sandbox-(\d+)$/.exec(name);
+    if (!match || alive(Number(match[1]))) continue;
+    const dir = join(parent, name);
+    try {
+      for (const child of readdirSync(dir, { withFileTypes: true })) {
+        if (!child.isDirectory()) continue;
+        for (const pid of readPids(join(dir, child.name, 'cgroup.procs'))) {
+          try {
+            process.kill(pid, 'SIGKILL');
+          } catch {}
+        }
+        safeRmdir(join(dir, child.name));
+      }
+    } catch {}
+    safeRmdir(dir);
+  }
+}
+
 export function cgroupManager(tag: string): CgroupManager {
   const memRoot = join(ROOT, 'memory');
   const pidsRoot = join(ROOT, 'pids');
   if (existsSync(join(memRoot, 'cgroup.procs')) && existsSync(join(pidsRoot, 'cgroup.procs'))) {
+    sweepStale(join(memRoot, ownPath('memory') ?? '/'));
+    sweepStale(join(pidsRoot, ownPath('pids') ?? '/'));
     const memBase = join(memRoot, ownPath('memory') ?? '/', tag);
     const pidsBase = join(pidsRoot, ownPath('pids') ?? '/', tag);
     if (tryMkdir(memBase) && tryMkdir(pidsBase)) {
@@ -110,6 +151,7 @@ export function cgroupManager(tag: string): CgroupManager {
   }
   const unified = existsSync(join(ROOT, 'cgroup.controllers')) ? ROOT : undefined;
   if (unified) {
+    sweepStale(join(unified, ownPath('') ?? '/'));
     const base = join(unified, ownPath('') ?? '/', tag);
     try {
       mkdirSync(base, { recursive: true });

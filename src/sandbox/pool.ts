@@ -137,9 +137,7 @@ export class LocalPool implements Runner {
   constructor(options: SandboxOptions) {
     this.options = options;
     this.isolation = isolationSupport();
-    this.#cgroups = this.isolation.isolate
-      ? cgroupManager(`rstar-sandbox-${process.pid}`)
-      : cgroupManager('');
+    this.#cgroups = cgroupManager(`rstar-sandbox-${process.pid}`);
     this.metrics.gauges = () => ({
       queueDepth: this.queued,
       inflight: this.#inflight,
