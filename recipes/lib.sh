@@ -13,6 +13,8 @@ shuffle_lines() {
   shuf --random-source=<(openssl enc -aes-256-ctr -pass "pass:$2" -nosalt </dev/zero 2>/dev/null) "$1"
 }
 
-# json_field JSON KEY: prints one top-level field of a JSON object.
-json_field() { node -e 'const v = JSON.parse(process.argv[1])[process.argv[2]];
-  process.stdout.write(typeof v === "number" ? v.toFixed(4) : String(v));' "$1" "$2"; }
+# json_number JSON KEY: a top-level numeric field of a one-line JSON object, without a process.
+json_number() {
+  local re="\"$2\": ?(-?[0-9.]+([eE][-+]?[0-9]+)?)"
+  [[ $1 =~ $re ]] && printf '%s' "${BASH_REMATCH[1]}"
+}

@@ -118,7 +118,7 @@ export async function demonstrations(
     const retry = assistant.length > 0 ? 'The code has an error. I will fix it.' : task.reason;
     assistant.push(
       renderer.assistantText(`${retry}</reason>`, [call(task.code, task.input)]),
-      `The output is ${printed}.</reason>\n<answer>\\boxed{${printed}}</answer>`,
+      `The tool printed the answer.</reason>\n<answer>\\boxed{${printed}}</answer>`,
     );
     toolResults.push(result);
     const trajectory = await scriptedTrajectory(task.prompt, { assistant, toolResults }, renderer.ctx);

@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { lines, ROOT } from './helpers.js';
+
+/** Runs the recipe in its quick CI mode: the whole loop (data, init, resident SFT, eval) on tiny sizes. */
+function recipe(out: string): Promise<{ code: number; log: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('bash', [`${ROOT}recipes/sft.sh`, out], {
+      cwd: ROOT,
+      env: { ...process.env, RSTAR_SFT_QUICK: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    let log = '';
+    child.stdout.setEncoding('utf8').on('data', (d) => {
+      log += d;
+    });
+    child.stderr.setEncoding('utf8').on('data', (d) => {
+      log += d;
+    });
+    // Never leave the engine or sandbox behind if the recipe hangs.
+    const timer = setTimeout(() => process.kill(-(child.pid as number), 'SIGTERM'), 300_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? 1, log });
+    });
+  });
+}
+
+describe('recipes/sft.sh', () => {
+  it('runs end to end in quick CI mode: metrics per step, held-out eval greedy and sampled', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'rstar-sft-recipe-'));
+    try {
+      const { code, log } = await recipe(out);
+      assert.equal(code, 0, log.slice(-3000));
+      const metrics = lines<Record<string, number>>(readFileSync(join(out, 'metrics.jsonl'), 'utf8'));
+      assert.equal(metrics.length, 3);
+      metrics.forEach((m, i) => {
+        assert.equal(m.step, i + 1);
+        assert.ok(Number.isFinite(m.loss) && m.loss > 0);
+        assert.ok(m.tokens_per_s > 0);
+        assert.ok(m.elapsed > 0);
+      });
+      const evals = lines<Record<string, unknown>>(readFileSync(join(out, 'eval.jsonl'), 'utf8'));
+      assert.deepEqual(
+        evals.map((e) => e.name),
+        ['greedy', 'sampled'],
+      );
+      for (const e of evals) {
+        assert.equal(e.trajectories, 4);
+        for (const key of ['format_valid', 'tool_success', 'accuracy']) {
+          const v = e[key] as number;
+          assert.ok(v >= 0 && v <= 1, `${key} ${v}`);
+        }
+      }
+      const config = JSON.parse(readFileSync(join(out, 'ckpt', 'config.json'), 'utf8'));
+      assert.equal(config.vocab_size, 4096);
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
+  });
+});
