@@ -38,7 +38,10 @@ export async function run(argv: string[]): Promise<void> {
     // Results go out in input order while up to `concurrency` calls run.
     const window: Promise<SubmissionResult>[] = [];
     for await (const { record } of readRecords(stream, source, Submission)) {
-      window.push(client.run(record));
+      const pending = client.run(record);
+      // Awaited in order below; this only keeps a failure from surfacing twice.
+      pending.catch(() => {});
+      window.push(pending);
       if (window.length >= o.concurrency)
         await writer.write(await (window.shift() as Promise<SubmissionResult>));
     }

@@ -130,7 +130,8 @@ export class LocalPool implements Runner {
   #inflight = 0;
   #closing = false;
   #sweeper?: NodeJS.Timeout;
-  #remembered = new Map<string, Promise<SubmissionResult>>();
+  /** Dedup window: the last 50,000 keyed results, none older than 10 minutes. */
+  #remembered = new Map<string, { promise: Promise<SubmissionResult>; at: number }>();
   #restartTimes: number[] = [];
   #drained?: () => void;
 
@@ -204,7 +205,7 @@ export class LocalPool implements Runner {
   submit(submission: Submission, long: boolean): Promise<SubmissionResult> {
     const key = submissionKey(submission);
     if (key !== undefined) {
-      const earlier = this.#remembered.get(key);
+      const earlier = this.#remembered.get(key)?.promise;
       if (earlier) {
         this.metrics.deduplicated += 1;
         return earlier;
@@ -212,10 +213,11 @@ export class LocalPool implements Runner {
     }
     const promise = this.#enqueue(submission, long);
     if (key !== undefined) {
-      this.#remembered.set(key, promise);
-      if (this.#remembered.size > 100_000) {
-        const oldest = this.#remembered.keys().next().value;
-        if (oldest !== undefined) this.#remembered.delete(oldest);
+      const now = Date.now();
+      this.#remembered.set(key, { promise, at: now });
+      for (const [oldest, entry] of this.#remembered) {
+        if (this.#remembered.size <= 50_000 && now - entry.at < 600_000) break;
+        this.#remembered.delete(oldest);
       }
       promise.then((result) => {
         // Calls that never ran (or whose executor died) must run when asked again.

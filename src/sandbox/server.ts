@@ -73,13 +73,16 @@ const newId = () => crypto.randomUUID();
 export function createSandboxServer(options: ServerOptions): Server {
   const { runner, token } = options;
   const window = options.streamWindow ?? 2048;
-  const withId = (s: Submission): Submission =>
-    s.sub_id === undefined || s.sub_id === null ? { ...s, sub_id: newId() } : s;
+  // Ids the server makes up only label the answer: deduplication is for ids the caller chose.
+  const submit = async (s: Submission, long: boolean): Promise<SubmissionResult> => {
+    const result = await runner.submit(s, long);
+    return s.sub_id === undefined || s.sub_id === null ? { ...result, sub_id: newId() } : result;
+  };
 
   async function batch(req: IncomingMessage, long: boolean) {
     const body = parse(BatchSubmission, await readBody(req));
     if (body.submissions.length === 0) throw new HttpError(422, 'submissions: must not be empty');
-    const results = await Promise.all(body.submissions.map((s) => runner.submit(withId(s), long)));
+    const results = await Promise.all(body.submissions.map((s) => submit(s, long)));
     const batchId = (body as { sub_id?: unknown }).sub_id ?? newId();
     return { sub_id: batchId, results };
   }
@@ -119,7 +122,7 @@ export function createSandboxServer(options: ServerOptions): Server {
         );
         return;
       }
-      pending.push(runner.submit(withId(submission), true));
+      pending.push(submit(submission, true));
     };
     for await (const chunk of req as AsyncIterable<Buffer>) {
       const lines = (partial + chunk.toString('utf8')).split('\n');
@@ -153,8 +156,7 @@ export function createSandboxServer(options: ServerOptions): Server {
     switch (url) {
       case '/run':
       case '/judge': {
-        const submission = withId(parse(Submission, await readBody(req)));
-        const result = await runner.submit(submission, false);
+        const result = await submit(parse(Submission, await readBody(req)), false);
         return send(res, 200, url === '/judge' ? judgeView(result) : result);
       }
       case '/run/batch':
