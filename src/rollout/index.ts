@@ -187,7 +187,7 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
         return { gen, assignment: a };
       } catch (error) {
         if (!(error instanceof EngineError) || !error.retryable || attempt >= maxAttempts) {
-          scheduler.core.fail(a);
+          scheduler.release(a);
           throw error;
         }
         // Set the engine aside; the scrape loop brings it back when it answers again.
