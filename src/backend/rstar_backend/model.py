@@ -41,6 +41,8 @@ class Qwen3Config:
     def from_dict(cls, d):
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known and v is not None}
+        if "torch_dtype" not in kw and isinstance(d.get("dtype"), str):  # transformers >= 4.56 spelling
+            kw["torch_dtype"] = d["dtype"]
         if "head_dim" not in kw and "hidden_size" in kw and "num_attention_heads" in kw:
             kw["head_dim"] = kw["hidden_size"] // kw["num_attention_heads"]
         if isinstance(kw.get("eos_token_id"), list):  # HF allows a list; the first is the primary EOS
