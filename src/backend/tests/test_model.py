@@ -55,3 +55,46 @@ class Model(TempDirCase):
         self.assertIsNot(m.lm_head.weight, m.model.embed_tokens.weight)
         self.assertEqual(tuple(m.model.layers[0].self_attn.k_proj.weight.shape), (8, 32))
         self.assertEqual(tuple(m(torch.tensor([[1, 2]])).shape), (1, 2, 64))
+
+
+class ScaledDotProductPath(TempDirCase):
+    """torch >= 2 takes the scaled_dot_product_attention branch; check our call convention against a
+    stand-in with its documented semantics (bool mask: True takes part; is_causal: lower triangle)."""
+
+    def test_sdpa_branch_matches_the_explicit_softmax(self):
+        import math
+
+        import rstar_backend.model as M
+
+        def sdpa(q, k, v, attn_mask=None, is_causal=False):
+            s = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+            if is_causal:
+                s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+            if attn_mask is not None:
+                s = s.masked_fill(~attn_mask, float("-inf"))
+            return torch.softmax(s, -1) @ v
+
+        m = small_model(7).eval()
+        ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+        pool = KVPool(m.config, 16, torch.device("cpu"), torch.float32)
+        slots = pool.alloc(7)
+
+        def run():
+            with torch.no_grad():
+                full = m(ids)
+                pre = m(ids, cache=PrefillCache(pool, slots[:6]))
+                mask = torch.ones(1, 1, 1, 7, dtype=torch.bool)
+                dec = m(torch.tensor([[11]]), torch.tensor([[6]]),
+                        DecodeCache(pool, slots[6:7], slots[None, :7], mask))
+            return full, pre, dec
+
+        saved = M._sdpa
+        try:
+            M._sdpa = None
+            expected = run()
+            M._sdpa = sdpa
+            got = run()
+        finally:
+            M._sdpa = saved
+        for e, g in zip(expected, got):
+            self.assertTrue(torch.allclose(e, g, atol=1e-5))
