@@ -51,7 +51,11 @@ sp.solve(2*x**2 + 3*x - 5, x); sp.simplify(sp.sin(x)**2 + sp.cos(x)**2); sp.fact
 sp.expand((x + 1)**3); sp.Rational(1, 3) + sp.Rational(1, 6); sp.isprime(97); sp.factorint(360)
 sp.integrate(x**2, x); sp.diff(sp.sin(x), x); sp.Matrix([[1, 2], [3, 4]]).det()
 sp.linsolve([x + y - 2, x - y], x, y); sp.sqrt(8); sp.N(sp.pi, 20); str(sp.solve(x**2 + 1, x))
+str(sp.solve(2*x**2 + 14*x - 38, x)); str(sp.simplify(sp.factor((x**6 - y**6)/(x - y))))
+sp.expand((x + y)**6).coeff(x, 5); str(sp.nsimplify(0.75)); repr(sp.Poly(x**2 + 1, x).all_coeffs())
 np.linalg.solve(np.eye(2), np.ones(2)); np.linalg.eig(np.eye(2)); np.linalg.det(np.eye(2))
+A = np.random.default_rng(1).integers(-5, 6, size=(5, 5)); round(float(np.linalg.det(A))); str(np.trace(A))
+np.linalg.inv(np.eye(3) * 2); str(np.arange(6).reshape(2, 3) @ np.ones(3))
 '''
 if 'sympy' in CONFIG.get('preload', []) and not PRELOAD_ERRORS:
     try:
