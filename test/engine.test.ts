@@ -330,6 +330,24 @@ describe('engine-serve: agreement with the trainer', () => {
       });
       assert.equal(n, 72);
       t.diagnostic(`mean |engine - trainer| log-prob = ${(sum / n).toExponential(2)} over ${n} tokens`);
+      // prompt scoring of prompt + response, the three batched into one padded prefill
+      const scored = await post<Generated[]>(`${engine.url}/generate`, {
+        input_ids: records.map((r) => [...r.prompt_ids, ...r.response_ids]),
+        sampling_params: { max_new_tokens: 0 },
+        return_logprob: true,
+        logprob_start_len: 0,
+      });
+      let scoreSum = 0;
+      records.forEach((r, i) => {
+        const inLp = scored.json[i].meta_info.input_token_logprobs!;
+        assert.equal(inLp.length, r.prompt_ids.length + r.response_ids.length);
+        trainer[i].forEach((v, j) => {
+          const [lp, id] = inLp[r.prompt_ids.length + j];
+          assert.equal(id, r.response_ids[j]);
+          scoreSum += Math.abs((lp as number) - v);
+        });
+      });
+      assert.ok(scoreSum / n < 1e-4, `mean |scoring - trainer| = ${scoreSum / n}`);
       assert.ok(sum / n < 1e-4, `mean |engine - trainer| = ${sum / n}`);
     } finally {
       await engine.close();

@@ -24,6 +24,9 @@ from .detok import Detokenizer
 from .model import token_logprobs
 
 
+PREFILL_TOKENS = 8192  # padded prompt tokens per prefill forward: bounds the activations' memory
+
+
 class KVPool:
     """K and V for max_total_tokens token slots per layer, allocated once; requests own slot indices."""
 
@@ -53,14 +56,20 @@ class KVPool:
 
 
 class PrefillCache:
-    """One request's prompt: writes its K/V into its slots, attends causally within the prompt."""
+    """New prompts, right-padded into one batch: writes the K/V of their real tokens into their slots;
+    attention is plain causal within each row (padding comes after the real tokens, so none sees it)."""
 
-    def __init__(self, pool, slots):
-        self.pool, self.slots = pool, slots
+    def __init__(self, pool, slots, valid=None):
+        self.pool, self.slots, self.valid = pool, slots, valid
 
     def update(self, layer, k, v):
-        self.pool.k[layer, self.slots] = k[0].transpose(0, 1)
-        self.pool.v[layer, self.slots] = v[0].transpose(0, 1)
+        kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # (B, T, kv_heads, head_dim)
+        if self.valid is None:
+            kt, vt = kt[0], vt[0]
+        else:
+            kt, vt = kt[self.valid], vt[self.valid]
+        self.pool.k[layer, self.slots] = kt
+        self.pool.v[layer, self.slots] = vt
         return k, v, None
 
 
@@ -289,8 +298,8 @@ class Engine:
                 self.max_used = max(self.max_used, self.pool.used)
             try:
                 with torch.no_grad():
-                    for r in admit:
-                        self._prefill(r)
+                    if admit:
+                        self._prefill(admit)
                     self.running.extend(r for r in admit if r.finish is None)
                     if self.running:
                         self._decode()
@@ -303,25 +312,53 @@ class Engine:
             with self.lock:
                 self.running = [r for r in self.running if r.finish is None]
 
-    def _prefill(self, r):
-        P = len(r.input_ids)
-        ids = torch.tensor([r.input_ids], dtype=torch.long, device=self.device)
+    def _prefill(self, rs):
+        """Prefills new requests together, in chunks of about PREFILL_TOKENS padded tokens."""
+        chunk, longest = [], 0
+        for r in sorted(rs, key=lambda r: len(r.input_ids)):
+            n = len(r.input_ids)
+            if chunk and (len(chunk) + 1) * max(longest, n) > PREFILL_TOKENS:
+                self._prefill_chunk(chunk)
+                chunk, longest = [], 0
+            chunk.append(r)
+            longest = max(longest, n)
+        if chunk:
+            self._prefill_chunk(chunk)
+
+    def _prefill_chunk(self, rs):
+        B = len(rs)
+        lens = [len(r.input_ids) for r in rs]
+        T = max(lens)
+        ids = torch.zeros((B, T), dtype=torch.long)
+        slots = torch.zeros((B, T), dtype=torch.long, device=self.device)
         # as SGLang: logprob_start_len -1 (the default) means from the last prompt token; the first
         # prompt token has no log-prob (None). Logits are computed only from where they are needed.
-        start = min(r.logprob_start_len, P - 1) if r.logprob_start_len >= 0 else P - 1
-        lo = max(0, start - 1) if r.return_logprob else P - 1
-        at = torch.arange(lo, P, device=self.device)[None]
-        logits = self.model(ids, cache=PrefillCache(self.pool, r.slots[:P]), logits_at=at)[0].float()
-        self.prompt_tokens_total += P
-        if r.return_logprob:
-            # logits[j] predicts token lo + j + 1
-            lp = token_logprobs(logits[:-1], ids[0, lo + 1:]).tolist() if P > 1 else []
-            value = {lo + 1 + j: v for j, v in enumerate(lp)}
-            r.in_logprobs = [[value.get(i), r.input_ids[i], None] for i in range(start, P)]
-        if r.max_new == 0:
-            self._finish(r, {"type": "length", "length": 0})
-            return
-        self._accept(r, logits[-1])
+        starts, los = [], []
+        for i, r in enumerate(rs):
+            P = lens[i]
+            ids[i, :P] = torch.tensor(r.input_ids)
+            slots[i, :P] = r.slots[:P]
+            start = min(r.logprob_start_len, P - 1) if r.logprob_start_len >= 0 else P - 1
+            starts.append(start)
+            los.append(max(0, start - 1) if r.return_logprob else P - 1)
+        R = max(P - lo for P, lo in zip(lens, los))
+        at = torch.tensor([[min(lo + j, P - 1) for j in range(R)] for P, lo in zip(lens, los)], device=self.device)
+        ids = ids.to(self.device)
+        valid = torch.arange(T, device=self.device)[None, :] < torch.tensor(lens, device=self.device)[:, None]
+        cache = PrefillCache(self.pool, slots[valid], valid)
+        logits = self.model(ids, cache=cache, logits_at=at).float()
+        self.prompt_tokens_total += sum(lens)
+        for i, r in enumerate(rs):
+            P, lo, start = lens[i], los[i], starts[i]
+            lg = logits[i, :P - lo]  # lg[j] predicts token lo + j + 1
+            if r.return_logprob:
+                lp = token_logprobs(lg[:-1], ids[i, lo + 1:P]).tolist() if P > 1 else []
+                value = {lo + 1 + j: v for j, v in enumerate(lp)}
+                r.in_logprobs = [[value.get(k), r.input_ids[k], None] for k in range(start, P)]
+            if r.max_new == 0:
+                self._finish(r, {"type": "length", "length": 0})
+                continue
+            self._accept(r, lg[-1])
 
     def _slot_table(self, rs):
         """(B, longest reservation) slot indices of the running requests, rebuilt only when they change."""
