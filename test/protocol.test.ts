@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { before, describe, it } from 'node:test';
 import type { SubmissionResult } from '../src/records/sandbox.js';
 import { scriptedTrajectory } from '../src/rollout/agent.js';
@@ -139,6 +142,36 @@ for (const tokenizer of ['fixtures/tiny', 'qwen3']) {
     });
   });
 }
+
+describe('--chat-template', () => {
+  it('model: the tokenizer config template; FILE: a Jinja file; both drive the same protocol', async () => {
+    const rstar2 = await loadProtocol(`${ROOT}fixtures/tiny`);
+    const model = await loadProtocol(`${ROOT}fixtures/tiny`, { chatTemplate: 'model' });
+    assert.deepEqual(promptIds('q', model), promptIds('q', rstar2));
+    const dir = mkdtempSync(join(tmpdir(), 'rstar-template-'));
+    try {
+      const file = join(dir, 'plain.jinja');
+      writeFileSync(
+        file,
+        "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}" +
+          "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}",
+      );
+      const plain = await loadProtocol(`${ROOT}fixtures/tiny`, { chatTemplate: file });
+      assert.equal(promptText('q', plain), '<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n');
+      // No system block: nothing is cut off the tool turn.
+      assert.equal(
+        plain.tokenizer.decode(toolTurnIds(['r'], plain)),
+        '<|im_start|>tool\nr<|im_end|>\n<|im_start|>assistant\n',
+      );
+      await assert.rejects(
+        loadProtocol(`${ROOT}fixtures/tiny`, { chatTemplate: join(dir, 'missing.jinja') }),
+        /ENOENT/,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
 
 describe('Hermes tool-call parsing', () => {
   it('reports JSON errors with the text Python json.loads gives', () => {
