@@ -12,6 +12,7 @@ import { type Compat, loadVerifier, type Verifier } from '../eval/verifier.js';
 import { NdjsonWriter, openInput, readRecords } from '../ndjson/index.js';
 import { collect, integer, interactive, number, parse, program } from '../program.js';
 import { Trajectory } from '../records/trajectory.js';
+import type { Policy } from '../rollout/index.js';
 
 interface Options {
   problems?: string[];
@@ -28,7 +29,7 @@ interface Options {
   temperature?: number;
   topP?: number;
   seed?: number;
-  schedule?: string;
+  schedule?: Policy;
   out?: string;
   limit?: number;
   fromTrajectories?: string[];
@@ -51,11 +52,13 @@ function engineKind(value: string): 'sglang' | 'vllm' {
   return value;
 }
 
-const SCHEDULES = ['kv', 'least-requests', 'round-robin', 'static'];
+// Listed here rather than imported, so parsing flags does not load the rollout module.
+const SCHEDULES: readonly Policy[] = ['kv', 'least-requests', 'round-robin', 'static'];
 
-function schedule(value: string): string {
-  if (!SCHEDULES.includes(value)) throw new InvalidArgumentError(`expected one of ${SCHEDULES.join(', ')}`);
-  return value;
+function schedule(value: string): Policy {
+  const found = SCHEDULES.find((p) => p === value);
+  if (found === undefined) throw new InvalidArgumentError(`expected one of ${SCHEDULES.join(', ')}`);
+  return found;
 }
 
 function compatMode(value: string): Compat {
@@ -142,7 +145,7 @@ export async function run(argv: string[]): Promise<void> {
       '--reverify needs the reference answers: give --problems FILE for each trajectories file',
     );
   }
-  const verifier = await loadVerifier({ needScore: Boolean(opts.reverify), compat: opts.compat });
+  const verifier = await loadVerifier({ compat: opts.compat });
 
   const benchmarks: (Benchmark | undefined)[] = [];
   for (const file of problemFiles) {

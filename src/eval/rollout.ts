@@ -1,7 +1,8 @@
-import { DataError, UsageError } from '../errors.js';
+import { DataError } from '../errors.js';
 import { interactive } from '../program.js';
 import type { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
+import type { Policy, RolloutOptions } from '../rollout/index.js';
 import { startSandbox } from '../sandbox/embedded.js';
 import type { Sourced } from './run.js';
 import type { Compat } from './verifier.js';
@@ -20,39 +21,8 @@ export interface EvalRolloutFlags {
   temperature?: number;
   topP?: number;
   seed?: number;
-  schedule?: string;
+  schedule?: Policy;
   compat: Compat;
-}
-
-/** The part of src/rollout's API eval uses, checked at run time (see loadRollout). */
-interface RolloutModule {
-  rollout(problems: Problem[], options: Record<string, unknown>): AsyncIterable<unknown>;
-  engineClient(url: string, kind: string): unknown;
-  loadProtocol(tokenizer: string, options?: { chatTemplate?: string }): Promise<unknown>;
-}
-
-/**
- * Loads src/rollout lazily, so `--from-trajectories` and `--compare` neither pay for the
- * tokenizer nor need rollout built; a variable specifier keeps tsc from resolving the module.
- */
-async function loadRollout(): Promise<RolloutModule> {
-  const specifier = '../rollout/index.js';
-  let mod: Record<string, unknown>;
-  try {
-    mod = (await import(specifier)) as Record<string, unknown>;
-  } catch (error) {
-    if (
-      (error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' &&
-      String(error).includes('rollout/index.js')
-    ) {
-      throw new UsageError('rollout is not built yet; evaluate saved trajectories with --from-trajectories');
-    }
-    throw error;
-  }
-  for (const name of ['rollout', 'engineClient', 'loadProtocol']) {
-    if (typeof mod[name] !== 'function') throw new UsageError(`src/rollout does not export ${name}()`);
-  }
-  return mod as unknown as RolloutModule;
 }
 
 /** One carriage-returned status line on a TTY stderr (rollout's progress callback). */
@@ -76,13 +46,17 @@ export interface Roller {
   close(): Promise<void>;
 }
 
+/**
+ * Loads src/rollout lazily (the tokenizer and engine clients are not needed by
+ * `--from-trajectories` or `--compare`) and prepares what every benchmark's rollout shares.
+ */
 export async function openRoller(flags: EvalRolloutFlags): Promise<Roller> {
-  const mod = await loadRollout();
+  const mod = await import('../rollout/index.js');
   const protocol = await mod.loadProtocol(flags.tokenizer, { chatTemplate: flags.chatTemplate });
   const engines = flags.engines.map((url) => mod.engineClient(url, flags.engineKind));
   const embedded = flags.sandbox === undefined ? await startSandbox() : undefined;
   const sandbox = flags.sandbox ?? (embedded?.url as string);
-  const options = {
+  const options: RolloutOptions = {
     engines,
     sandbox,
     protocol,
