@@ -55,7 +55,12 @@ export async function run(argv: string[]): Promise<void> {
   stopSignals(() => {
     stopping = true;
   });
-  await pool.start();
+  try {
+    await pool.start();
+  } catch (error) {
+    await pool.close();
+    throw error;
+  }
   if (o.redis) {
     const { RedisRunner } = await import('../sandbox/redis.js');
     const redisRunner = new RedisRunner(o.redis, pool, { log });

@@ -169,12 +169,18 @@ export class Executor {
     header.writeUInt32BE(body.length);
     this.#child.stdin.write(Buffer.concat([header, body]));
     return new Promise((resolve, reject) => {
+      // The executor enforces the call's limits itself; this watchdog only catches an executor
+      // that stopped answering, so no call can hang: it is killed, the call fails, it restarts.
+      const watchdog = setTimeout(() => this.kill(), (request.timeout + 15) * 1000);
+      watchdog.unref();
       this.#waiting = {
         resolve: (r) => {
+          clearTimeout(watchdog);
           this.busy = false;
           resolve(r);
         },
         reject: (e) => {
+          clearTimeout(watchdog);
           this.busy = false;
           reject(e);
         },

@@ -11,14 +11,14 @@ let cached: Interpreter | undefined;
 
 export function resolveInterpreter(command = process.env.RSTAR_SANDBOX_PYTHON ?? 'python3'): Interpreter {
   if (cached) return cached;
-  const out = execFileSync(
-    command,
-    [
-      '-c',
-      'import sys, json; print(json.dumps([sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix]))',
-    ],
-    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const probe =
+    'import sys, json; print(json.dumps([sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix]))';
+  let out: string;
+  try {
+    out = execFileSync(command, ['-c', probe], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (error) {
+    throw new Error(`cannot run Python '${command}' (set RSTAR_SANDBOX_PYTHON): ${(error as Error).message}`);
+  }
   const [executable, ...prefixes] = JSON.parse(out) as string[];
   cached = { executable, prefixes: [...new Set(prefixes)] };
   return cached;
