@@ -1,16 +1,10 @@
 import { readFile } from 'node:fs/promises';
-import { z } from 'zod';
 import { DataError } from '../errors.js';
-import { EvalSummary } from '../records/eval.js';
-import type { EvalSummaryRecord } from './metrics.js';
+import { type EvalSummary, Report } from '../records/eval.js';
 
-/** `report.json`: the summaries of one eval run. */
-export const Report = z.looseObject({
-  v: z.literal(1).default(1),
-  created: z.string().optional(),
-  benchmarks: z.array(EvalSummary),
-});
-export type Report = z.output<typeof Report>;
+export { Report };
+
+import type { EvalSummaryRecord } from './metrics.js';
 
 export function makeReport(summaries: EvalSummaryRecord[], extra: Record<string, unknown> = {}): Report {
   return { v: 1, created: new Date().toISOString(), ...extra, benchmarks: summaries };

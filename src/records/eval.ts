@@ -27,3 +27,11 @@ export const EvalSummary = z.looseObject({
   policy: z.string(),
 });
 export type EvalSummary = z.output<typeof EvalSummary>;
+
+/** `report.json` of `eval`: the summaries of one eval run. */
+export const Report = z.looseObject({
+  v: version,
+  created: z.string().optional(),
+  benchmarks: z.array(EvalSummary),
+});
+export type Report = z.output<typeof Report>;

@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import { EvalProblem, EvalSummary } from './eval.js';
+import { EvalProblem, EvalSummary, Report } from './eval.js';
 import { Problem } from './problem.js';
 import { BatchSubmission, Submission, SubmissionResult } from './sandbox.js';
 import { Step } from './step.js';
@@ -21,6 +21,7 @@ export const RECORDS: Record<string, z.ZodType> = {
   step: Step,
   'eval-problem': EvalProblem,
   'eval-summary': EvalSummary,
+  'eval-report': Report,
   submission: Submission,
   'batch-submission': BatchSubmission,
   'submission-result': SubmissionResult,
