@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { SandboxClient } from '../src/sandbox/client.js';
 import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
@@ -388,5 +389,65 @@ test('without namespaces the service says so and still runs calls in a private d
     assert.equal(existsSync(cwd), false, 'the scratch directory is removed after the call');
   } finally {
     await server.stop();
+  }
+});
+
+test('SandboxClient resends queue_timeout calls and failed requests with the same sub_id', async () => {
+  const seen: { sub_id: unknown; solution: string }[][] = [];
+  let calls = 0;
+  const fake = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => {
+      body += d;
+    });
+    req.on('end', () => {
+      calls += 1;
+      const subs = (JSON.parse(body) as { submissions: { sub_id: unknown; solution: string }[] }).submissions;
+      seen.push(subs);
+      if (calls === 1) {
+        res.writeHead(503).end('{"detail":"busy"}');
+        return;
+      }
+      // Second request: the first call is still queued (never started), the second ran.
+      const results = subs.map((s, i) => ({
+        sub_id: s.sub_id,
+        success: !(calls === 2 && i === 0),
+        run_success: !(calls === 2 && i === 0),
+        cost: 0.01,
+        reason: calls === 2 && i === 0 ? 'queue_timeout' : '',
+        stdout: `${s.solution}\n`,
+        stderr: '',
+      }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ sub_id: 'b', results }));
+    });
+  });
+  await new Promise<void>((resolve) => fake.listen(0, '127.0.0.1', resolve));
+  const { port } = fake.address() as { port: number };
+  const client = new SandboxClient(`http://127.0.0.1:${port}`, { retries: 3 });
+  try {
+    const results = await client.runBatch([
+      { type: 'python', solution: 'a' },
+      { type: 'python', solution: 'b', sub_id: 'mine' },
+    ]);
+    assert.deepEqual(
+      results.map((r) => [r.reason, r.stdout]),
+      [
+        ['', 'a\n'],
+        ['', 'b\n'],
+      ],
+    );
+    assert.equal(results[1].sub_id, 'mine');
+    assert.equal(seen.length, 3);
+    assert.deepEqual(
+      seen[1].map((s) => s.sub_id),
+      seen[0].map((s) => s.sub_id),
+    );
+    assert.deepEqual(seen[2], [seen[0][0]], 'only the queue_timeout call is sent again');
+    assert.equal(typeof seen[0][0].sub_id, 'string');
+  } finally {
+    await client.close();
+    fake.close();
   }
 });
