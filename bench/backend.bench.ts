@@ -233,14 +233,20 @@ async function main(): Promise<void> {
   try {
     const model = join(dir, 'tiny');
     const config = join(ROOT, 'fixtures', 'tiny', 'config.json');
-    await execa(process.execPath, [BIN, 'model-init', '--config', config, '--out', model]);
+    const init = await execa(process.execPath, [BIN, 'model-init', '--config', config, '--out', model]);
+    const { parameters } = JSON.parse(String(init.stdout)) as { parameters: number };
+    const sizes = JSON.parse(readFileSync(join(model, 'config.json'), 'utf8')) as Record<string, number>;
     const vocab = (JSON.parse(readFileSync(config, 'utf8')) as { vocab_size: number }).vocab_size;
     const data = batchesFile(dir, vocab);
     const torchInfo = await execa(python, [
       '-c',
       'import torch; print(torch.__version__, torch.get_num_threads())',
     ]);
-    console.error(`torch ${torchInfo.stdout.trim()} (version, threads); tiny config ${config}`);
+    console.error(
+      `torch ${torchInfo.stdout.trim()} (version, threads); ${config}: ${(parameters / 1e6).toFixed(2)} M parameters, ` +
+        `hidden ${sizes.hidden_size}, ${sizes.num_hidden_layers} layers, ${sizes.num_attention_heads}/${sizes.num_key_value_heads} heads, ` +
+        `vocab ${sizes.vocab_size}`,
+    );
     const train = [];
     for (const loss of ['sft', 'grpo']) {
       const r = await trainBench(python, model, dir, loss, data);
@@ -276,7 +282,15 @@ async function main(): Promise<void> {
     console.error(
       `continuous batching: ${speedup.toFixed(1)}x the single-request throughput (wall), ${cpuSpeedup.toFixed(1)}x per CPU-second`,
     );
-    const result = { train, engine, batching_speedup: speedup, batching_speedup_cpu: cpuSpeedup, quick };
+    const result = {
+      parameters,
+      config: sizes,
+      train,
+      engine,
+      batching_speedup: speedup,
+      batching_speedup_cpu: cpuSpeedup,
+      quick,
+    };
     if (jsonFile) writeFileSync(jsonFile, `${JSON.stringify(result, null, 2)}\n`);
     process.stdout.write(`${JSON.stringify(result)}\n`);
   } finally {
