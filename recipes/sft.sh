@@ -7,12 +7,13 @@
 #   RSTAR_SFT_QUICK=1 bash recipes/sft.sh /tmp/sft-ci   # CI: a minute or two, checks the loop runs
 #
 # Sizes come from environment variables (defaults in brackets):
-#   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [3000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
-#   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [3e-3]
-#   RSTAR_SFT_WARMUP [20]  RSTAR_SFT_SECONDS [480: wall-clock budget of the training loop]
-#   RSTAR_SFT_MAX_STEPS [0: no limit]  RSTAR_SFT_CKPT_EVERY [50]  RSTAR_SFT_EVAL_N [4: samples per
-#   problem at temperature 1]  RSTAR_SFT_DATA [reuse a built data folder]  RSTAR_SFT_PYTHON [1: run the
-#   curriculum's code with a plain python3 instead of the embedded sandbox when set to 1]
+#   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [6000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
+#   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [6e-3]
+#   RSTAR_SFT_WARMUP [30]  RSTAR_SFT_SECONDS [480: wall-clock budget of the training loop]
+#   RSTAR_SFT_MAX_STEPS [0: no limit]  RSTAR_SFT_CKPT_EVERY [50]  RSTAR_SFT_EVAL_N [2: samples per
+#   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [256]  RSTAR_SFT_DATA [reuse a built data folder]
+#   RSTAR_SFT_TEMPLATE [fixtures/curriculum/tiny.jinja; `rstar2` for the release's full prompt]
+#   RSTAR_SFT_PYTHON [1: run the curriculum's code with a plain python3 instead of the sandbox]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=recipes/lib.sh
@@ -25,17 +26,17 @@ if [[ $QUICK == 1 ]]; then
   : "${RSTAR_SFT_EVAL_N:=1}" "${RSTAR_SFT_CKPT_EVERY:=2}" "${RSTAR_SFT_EVAL_TOKENS:=64}"
 fi
 CURRICULUM=${RSTAR_SFT_CURRICULUM:-mix}
-TRAIN=${RSTAR_SFT_TRAIN:-3000}
+TRAIN=${RSTAR_SFT_TRAIN:-6000}
 TEST=${RSTAR_SFT_TEST:-100}
 SEED=${RSTAR_SFT_SEED:-0}
 CONFIG=${RSTAR_SFT_CONFIG:-fixtures/tiny/config.json}
 BATCH=${RSTAR_SFT_BATCH:-8}
-LR=${RSTAR_SFT_LR:-3e-3}
-WARMUP=${RSTAR_SFT_WARMUP:-20}
+LR=${RSTAR_SFT_LR:-6e-3}
+WARMUP=${RSTAR_SFT_WARMUP:-30}
 SECONDS_BUDGET=${RSTAR_SFT_SECONDS:-480}
 MAX_STEPS=${RSTAR_SFT_MAX_STEPS:-0}
 CKPT_EVERY=${RSTAR_SFT_CKPT_EVERY:-50}
-EVAL_N=${RSTAR_SFT_EVAL_N:-4}
+EVAL_N=${RSTAR_SFT_EVAL_N:-2}
 EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-256}
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 
