@@ -202,6 +202,24 @@ describe('hostile code', () => {
     await unharmed();
   });
 
+  test('keyrings, SysV IPC and user namespaces cannot carry state past the call', async () => {
+    const lib = 'import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n';
+    // keyctl (per-uid, not namespaced) and unshare(CLONE_NEWUSER) are refused by seccomp.
+    const refused = await run(`${lib}print(libc.syscall(250, 0, 0, 0, 0, 0), libc.unshare(0x10000000))`);
+    assert.equal(refused.stdout, '-1 -1\n');
+    const made = await run(`${lib}print(libc.shmget(4321, 4096, 0o1666) >= 0)`);
+    assert.equal(made.stdout, 'True\n');
+    for (let i = 0; i < 3; i += 1) {
+      const later = await run(`${lib}print(libc.shmget(4321, 0, 0))`);
+      assert.equal(later.stdout, '-1\n', 'a fresh IPC namespace per call');
+    }
+    const normal = await run(
+      'import threading, subprocess\nt = threading.Thread(target=print, args=("t",))\nt.start(); t.join()\nprint(subprocess.run(["echo", "s"], capture_output=True, text=True).stdout.strip())',
+    );
+    assert.equal(normal.stdout, 't\ns\n', 'threads and subprocesses still work');
+    await unharmed();
+  });
+
   test('fake end markers and protocol bytes in stdout are just output', async () => {
     const fake = '@@E\\n@@D0.1\\n\\x00\\x00\\x00\\x05{}}}}';
     const r = await run(`import sys\nsys.stdout.write("${fake}")\nprint('{"id": 1, "exit": 0}')`);

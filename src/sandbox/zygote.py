@@ -65,6 +65,7 @@ if 'sympy' in CONFIG.get('preload', []) and not PRELOAD_ERRORS:
 
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
@@ -74,6 +75,52 @@ CONTROL_OUT = os.dup(1)
 NULL = os.open('/dev/null', os.O_RDWR)
 os.dup2(NULL, 0)
 os.dup2(NULL, 1)
+
+
+class SockFilter(ctypes.Structure):
+    _fields_ = [('code', ctypes.c_ushort), ('jt', ctypes.c_ubyte), ('jf', ctypes.c_ubyte), ('k', ctypes.c_uint)]
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.POINTER(SockFilter))]
+
+
+def seccomp_program():
+    """A classic-BPF seccomp filter (x86_64) refusing kernel interfaces model code never needs
+    and that would outlive the call or widen the attack surface: keyrings (per-uid, not
+    namespaced: state would leak between calls), bpf, userfaultfd, perf events, io_uring,
+    ptrace, new namespaces. clone3 answers ENOSYS so libc falls back to clone, whose flags are
+    checked for CLONE_NEWUSER. Other architectures run without the filter."""
+    LD_W_ABS, JEQ, JSET, JGE, RET = 0x20, 0x15, 0x45, 0x35, 0x06
+    ALLOW, ERRNO = 0x7FFF0000, 0x00050000
+    EPERM, ENOSYS = 1, 38
+    blocked = [248, 249, 250, 321, 323, 298, 425, 426, 427, 101, 272, 308]
+    prog = [
+        (LD_W_ABS, 0, 0, 4),  # arch
+        (JEQ, 1, 0, 0xC000003E),  # AUDIT_ARCH_X86_64
+        (RET, 0, 0, ALLOW),
+        (LD_W_ABS, 0, 0, 0),  # syscall number
+        (JGE, 0, 1, 0x40000000),  # x32 ABI
+        (RET, 0, 0, ERRNO | EPERM),
+        (JEQ, 0, 1, 435),  # clone3
+        (RET, 0, 0, ERRNO | ENOSYS),
+        (JEQ, 0, 3, 56),  # clone: look at its flags
+        (LD_W_ABS, 0, 0, 16),
+        (JSET, 0, 1, 0x10000000),  # CLONE_NEWUSER
+        (RET, 0, 0, ERRNO | EPERM),
+    ]
+    # After the clone branch the accumulator may hold flags: reload the number for the list.
+    prog.append((LD_W_ABS, 0, 0, 0))
+    for nr in blocked:
+        prog.append((JEQ, 0, 1, nr))
+        prog.append((RET, 0, 0, ERRNO | EPERM))
+    prog.append((RET, 0, 0, ALLOW))
+    array = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
+    return array, SockFprog(len(prog), array)
+
+
+SECCOMP = seccomp_program() if os.uname().machine == 'x86_64' else None
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
 
 def check(rc, what):
@@ -130,7 +177,8 @@ def set_limits(req):
 def enter_sandbox(req):
     """Runs in the child before user code; any failure ends the call as internal_error (exit 125)."""
     if ISOLATE:
-        check(libc.unshare(CLONE_NEWNS), 'unshare(mount)')
+        # A fresh IPC namespace too: SysV shared memory and message queues would outlive the call.
+        check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), 'unshare(mount, ipc)')
         check(libc.mount(b'none', b'/', None, MS_REC | MS_PRIVATE, None), 'make-private')
         opts = f"size={CONFIG['scratch_mb']}m,nr_inodes={CONFIG['scratch_inodes']},mode=1777".encode()
         check(libc.mount(b'tmpfs', b'/tmp', b'tmpfs', MS_NOSUID | MS_NODEV, opts), 'mount scratch')
@@ -146,6 +194,8 @@ def enter_sandbox(req):
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 'no_new_privs')
+        if SECCOMP is not None:
+            check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(SECCOMP[1]), 0, 0), 'seccomp')
     # Set after the uid change, which clears it.
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     os.chdir(req['scratch'] if not ISOLATE else CONFIG['scratch_dir'])
