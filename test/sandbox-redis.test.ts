@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { createClient } from 'redis';
 import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
 
 type Result = { sub_id: string; success: boolean; run_success: boolean; reason: string; stdout: string };
@@ -50,11 +51,13 @@ const metric = async (url: string, pattern: RegExp) =>
 
 describe('sandbox-serve --redis: several workers share one queue', () => {
   let redis: ChildProcess;
+  let redisUrl = '';
   let a: GuardedServer;
   let b: GuardedServer;
   before(async () => {
     const port = await freePort();
     redis = await startRedis(port);
+    redisUrl = `redis://127.0.0.1:${port}`;
     const args = ['--workers', '1', '--timeout', '2', '--redis', `redis://127.0.0.1:${port}`];
     [a, b] = await Promise.all([startGuardedServer(args), startGuardedServer(args)]);
   });
@@ -100,5 +103,13 @@ describe('sandbox-serve --redis: several workers share one queue', () => {
     const again = await batch(a.url, subs);
     assert.deepEqual(again, results);
     assert.equal((await metric(a.url, /rstar_sandbox_deduplicated_total (\d+)/)) - before, subs.length);
+    // Every message was acknowledged and deleted: nothing is pending, the stream holds nothing.
+    const client = createClient({ url: redisUrl });
+    await client.connect();
+    try {
+      assert.equal(await client.xLen('rstar:sandbox:jobs'), 0);
+    } finally {
+      await client.quit();
+    }
   });
 });

@@ -279,7 +279,11 @@ export class RedisRunner implements Runner {
 
   async #work(messageId: string, message: Record<string, string>): Promise<void> {
     const { id, reply } = message;
-    const ack = () => this.#client.xAck(this.#stream, this.#group, messageId);
+    // Acknowledged messages are deleted too, so the stream does not grow with every call ever made.
+    const ack = async () => {
+      await this.#client.xAck(this.#stream, this.#group, messageId);
+      await this.#client.xDel(this.#stream, messageId);
+    };
     const resultKey = this.#resultKey(id);
     if (await this.#client.exists(resultKey)) {
       await this.#client.publish(reply, id);
