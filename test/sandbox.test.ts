@@ -235,7 +235,13 @@ describe('sandbox-serve API (code-judge compatible)', () => {
       run(server.url, 'import time\ntime.sleep(1.5)'),
       run(server.url, 'import time, numpy\ntime.sleep(1.5)'),
     ]);
-    await new Promise((r) => setTimeout(r, 500));
+    // Kill only once both calls are running (the machine may be slow to deliver them).
+    for (let i = 0; i < 100; i += 1) {
+      const text = await (await fetch(`${server.url}/metrics`)).text();
+      if (/rstar_sandbox_inflight 2/.test(text)) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await new Promise((r) => setTimeout(r, 200));
     for (const pid of zygotes()) process.kill(pid, 'SIGKILL');
     const results = await slow;
     assert.deepEqual(
