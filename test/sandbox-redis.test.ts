@@ -90,7 +90,17 @@ describe('sandbox-serve --redis: several workers share one queue', () => {
       solution: `import time\ntime.sleep(0.8)\nprint(${i} * 10)`,
     }));
     const pending = batch(a.url, subs);
-    await new Promise((r) => setTimeout(r, 1200));
+    // Wait until B holds a message (each worker has one executor, so 2 pending = both busy).
+    const watcher = createClient({ url: redisUrl });
+    await watcher.connect();
+    let held = 0;
+    for (let i = 0; i < 100 && held < 2; i += 1) {
+      held = Number((await watcher.xPending('rstar:sandbox:jobs', 'workers')).pending);
+      if (held < 2) await new Promise((r) => setTimeout(r, 50));
+    }
+    await watcher.quit();
+    assert.equal(held, 2, 'both workers hold a call when B is killed');
+    await new Promise((r) => setTimeout(r, 200));
     // SIGKILL: no shutdown handler runs; its executors die with it (bubblewrap --die-with-parent).
     await b.stop('SIGKILL');
     const results = await pending;
