@@ -46,6 +46,11 @@ describe('synthetic curriculum', () => {
     }
   });
 
+  it('has no trivially guessable answers (a count of 0 whatever the bound)', () => {
+    const counts = split('count', { train: 300, test: 0, seed: 5 }).train;
+    assert.ok(counts.every((t) => Number(t.answer) > 0));
+  });
+
   it('answers are right: each family’s programs, run in the sandbox, print the computed answer', async () => {
     const tasks = Object.keys(FAMILIES).flatMap((name) => split(name, { train: 6, test: 0, seed: 1 }).train);
     const results = await runner.run(tasks.map((t) => ({ code: t.code, input: t.input })));

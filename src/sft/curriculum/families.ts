@@ -94,6 +94,8 @@ function count(rng: Rng): Task {
   if (b === a) b = a + 1;
   let answer = 0;
   if (rng.next() < 0.5) {
+    // When b divides a the count is 0 whatever n is: a free answer a degenerate program also gets.
+    while (a % b === 0) b = rng.int(2, 19);
     for (let i = 1; i <= n; i++) if (i % a === 0 && i % b !== 0) answer += 1;
     return {
       family: 'count',
