@@ -67,6 +67,8 @@ coproc TRAIN { "${RSTAR[@]}" train-step --loss sft --follow --model "$OUT/init" 
 train_in=${TRAIN[1]}
 train_out=${TRAIN[0]}
 train_pid=$TRAIN_PID
+# If the recipe dies mid-training, do not leave the resident trainer behind.
+trap 'kill "$train_pid" 2>/dev/null || true' EXIT
 start=$EPOCHREALTIME
 steps=0
 epoch=0
@@ -102,6 +104,7 @@ while [[ $done_training == 0 ]]; do
 done
 exec {train_in}>&-
 wait "$train_pid" || die "train-step failed: $(tail -n 5 "$OUT/train.log")"
+trap - EXIT
 rm -f "$OUT/epoch.jsonl"
 log "trained $steps steps ($epoch epochs started) in ${elapsed}s"
 
@@ -109,8 +112,9 @@ log "trained $steps steps ($epoch epochs started) in ${elapsed}s"
 evaluate() { # NAME TEMPERATURE N
   local name=$1 temperature=$2 n=$3
   step "rollout $name (temperature $temperature, n $n) on $(wc -l <"$DATA/test-problems.jsonl") held-out problems"
-  "${RSTAR[@]}" rollout --problems "$DATA/test-problems.jsonl" --model "$OUT/ckpt" --tokenizer "$OUT/ckpt" --chat-template "$TEMPLATE" --n "$n" \
-    --temperature "$temperature" --seed "$SEED" --max-tokens "$EVAL_TOKENS" --max-turns 3 \
+  rm -f "$OUT/eval-$name.jsonl.tmp" # rollout resumes an --out file; this one must start fresh
+  "${RSTAR[@]}" rollout --problems "$DATA/test-problems.jsonl" --model "$OUT/ckpt" --tokenizer "$OUT/ckpt" \
+    --chat-template "$TEMPLATE" --n "$n" --temperature "$temperature" --seed "$SEED" --max-tokens "$EVAL_TOKENS" --max-turns 3 \
     --out "$OUT/eval-$name.jsonl.tmp"
   mv "$OUT/eval-$name.jsonl.tmp" "$OUT/eval-$name.jsonl"
   node dist/src/sft/eval-summary.js "$name" "$OUT/eval-$name.jsonl" | tee -a "$OUT/eval.jsonl"
