@@ -5,6 +5,8 @@
  */
 
 export type Policy = 'kv' | 'least-requests' | 'round-robin' | 'static';
+/** Order in which `kv` starts new trajectories (the baselines always start them first come, first served). */
+export type Order = 'longest-first' | 'fifo';
 export const POLICIES: readonly Policy[] = ['kv', 'least-requests', 'round-robin', 'static'];
 
 export interface TurnRequest {
@@ -52,6 +54,19 @@ export interface SchedulerOptions {
    * pays a full prefill elsewhere (default 15000). Other turns go ahead meanwhile.
    */
   prefixWaitMs?: number;
+  /**
+   * `longest-first` (the default for `kv`): new trajectories start one sample of every problem
+   * first, then the remaining samples of the problems whose turns take longest (mean duration of
+   * finished turns, or the age of a turn still running, whichever is larger). Samples of one
+   * problem are alike in length, so this starts the long trajectories early instead of leaving
+   * them to trail at the end of the batch. `fifo`: in submission order.
+   */
+  order?: Order;
+  /**
+   * How pessimistic `longest-first` is about a problem seen little: it is ranked by
+   * exp(mean ln duration + z · σ / √n), σ the pooled within-problem spread (default 2).
+   */
+  estimateZ?: number;
 }
 
 interface Engine {
@@ -70,11 +85,24 @@ interface Engine {
   overcommits: number;
 }
 
+/** What the scheduler has seen of one problem's turns: its estimate of how long they run. */
+interface Group {
+  started: number;
+  done: number;
+  /** Sums of ln(duration) and ln(duration)² of finished turns (dispatch to release). */
+  logSum: number;
+  logSq: number;
+  /** Dispatch times of its turns in flight, by assignment id. */
+  running: Map<number, number>;
+}
+
 interface Pending<R> {
   request: R;
   queuedAt: number;
   /** Order of the trajectory's first turn: the queue serves older trajectories first. */
   rank: number;
+  /** The trajectory's first turn. */
+  fresh?: boolean;
 }
 
 export class Scheduler<R extends TurnRequest = TurnRequest> {
@@ -90,6 +118,12 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
   #outstanding = new Map<number, Assignment<R>>();
   #nextId = 1;
   #rr = 0;
+  readonly order: Order;
+  /** First turns of trajectories not yet started, per problem, in submission order. */
+  #fresh = new Map<number, Pending<R>[]>();
+  #freshCount = 0;
+  #groups = new Map<number, Group>();
+  #z: number;
 
   /** `capacities`: each engine's KV tokens (Infinity when unknown until the first scrape). */
   constructor(capacities: readonly number[], options: SchedulerOptions = {}) {
@@ -98,6 +132,8 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
     this.#clock = options.clock ?? (() => performance.now());
     this.#prefixMin = options.prefixMinFraction ?? 0.5;
     this.#prefixWait = options.prefixWaitMs ?? 15_000;
+    this.order = this.policy === 'kv' ? (options.order ?? 'longest-first') : 'fifo';
+    this.#z = options.estimateZ ?? 2;
     this.#engines = capacities.map((total) => ({
       alive: true,
       total,
@@ -116,7 +152,7 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
   }
 
   get queued(): number {
-    return this.#queue.length;
+    return this.#queue.length + this.#freshCount;
   }
 
   get inflight(): number {
@@ -182,11 +218,64 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
    */
   submit(request: R): void {
     let rank = this.#ranks.get(request.key);
+    const fresh = rank === undefined;
     if (rank === undefined) {
       rank = this.#nextRank++;
       this.#ranks.set(request.key, rank);
     }
-    this.#insert({ request, queuedAt: this.#clock(), rank });
+    const p: Pending<R> = { request, queuedAt: this.#clock(), rank, fresh };
+    if (fresh && this.order === 'longest-first') {
+      const list = this.#fresh.get(request.group);
+      if (list) list.push(p);
+      else this.#fresh.set(request.group, [p]);
+      this.#freshCount++;
+    } else this.#insert(p);
+  }
+
+  #group(g: number): Group {
+    let x = this.#groups.get(g);
+    if (!x) {
+      x = { started: 0, done: 0, logSum: 0, logSq: 0, running: new Map() };
+      this.#groups.set(g, x);
+    }
+    return x;
+  }
+
+  /**
+   * How long this problem's turns may run: the upper end of what its finished turns say
+   * (log-normal: mean of ln duration + spread / √n, so a problem seen little counts as long), or
+   * the age of its oldest running turn if larger.
+   */
+  #estimate(g: Group, now: number, spread: number): number {
+    let est = g.done > 0 ? Math.exp(g.logSum / g.done + spread / Math.sqrt(g.done)) : 0;
+    for (const at of g.running.values()) est = Math.max(est, now - at);
+    return est;
+  }
+
+  /** Pooled within-problem standard deviation of ln(turn duration). */
+  #spread(): number {
+    let ss = 0;
+    let df = 0;
+    for (const g of this.#groups.values()) {
+      if (g.done < 2) continue;
+      ss += Math.max(0, g.logSq - (g.logSum * g.logSum) / g.done);
+      df += g.done - 1;
+    }
+    return df > 0 ? this.#z * Math.sqrt(ss / df) : 0;
+  }
+
+  /** Problems with trajectories waiting to start, in the order to start them. */
+  #freshGroups(): number[] {
+    const now = this.#clock();
+    const spread = this.#spread();
+    const keyed = [...this.#fresh.entries()].map(([g, list]) => {
+      const x = this.#groups.get(g);
+      // A problem nobody has tried yet goes first: one sample tells how long its turns run.
+      const est = !x || x.started === 0 ? Number.POSITIVE_INFINITY : this.#estimate(x, now, spread);
+      return { g, est, rank: list[0].rank };
+    });
+    keyed.sort((a, b) => (b.est === a.est ? a.rank - b.rank : b.est - a.est));
+    return keyed.map((k) => k.g);
   }
 
   #insert(p: Pending<R>): void {
@@ -215,9 +304,24 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
         i++;
         continue;
       }
-      if (e === undefined) break;
+      if (e === undefined) return out;
       this.#queue.splice(i, 1);
       out.push(this.#dispatch(head, e));
+    }
+    // Trajectories already under way went first (above); now start new ones: one sample of
+    // each problem not tried yet, then whole problems in estimate order, until one fits nowhere.
+    for (const probe of [true, false]) {
+      for (const g of this.#freshGroups()) {
+        const list = this.#fresh.get(g) as Pending<R>[];
+        if (probe && (this.#groups.get(g)?.started ?? 0) > 0) break;
+        do {
+          const e = this.#choose(list[0]);
+          if (e === undefined || e === 'wait') return out;
+          out.push(this.#dispatch(list.shift() as Pending<R>, e));
+          this.#freshCount--;
+        } while (!probe && list.length > 0);
+        if (list.length === 0) this.#fresh.delete(g);
+      }
     }
     return out;
   }
@@ -226,6 +330,13 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
   release(a: Assignment<R>): void {
     if (!this.#unreserve(a)) return;
     this.#prefix.set(a.request.key, a.engine);
+    const g = this.#groups.get(a.request.group);
+    if (g) {
+      const l = Math.log(Math.max(this.#clock() - a.dispatchedAt, 1e-3));
+      g.done++;
+      g.logSum += l;
+      g.logSq += l * l;
+    }
   }
 
   /** The turn failed on its engine: released and queued again at the front, not lost. */
@@ -243,6 +354,7 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
 
   #unreserve(a: Assignment<R>): boolean {
     if (!this.#outstanding.delete(a.id)) return false;
+    this.#groups.get(a.request.group)?.running.delete(a.id);
     const g = this.#engines[a.engine];
     g.reserved -= a.reserved;
     g.inflight--;
@@ -267,6 +379,9 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
     g.inflight++;
     g.dispatched++;
     this.#outstanding.set(a.id, a);
+    const grp = this.#group(p.request.group);
+    grp.running.set(a.id, a.dispatchedAt);
+    if (p.fresh) grp.started++;
     return a;
   }
 
