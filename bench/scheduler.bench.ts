@@ -427,7 +427,7 @@ function svg(all: Row[], workload: string, seeds: number): string {
     .join('');
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif">
 <rect width="100%" height="100%" fill="white"/>
-<text x="${W / 2}" y="20" font-size="14" text-anchor="middle">Makespan / lower bound, ${workload} workload (simulated, mean of ${seeds} seeds; lower is better)</text>
+<text x="${W / 2}" y="20" font-size="14" text-anchor="middle">Makespan ÷ lower bound, ${workload} workload (simulated, ${seeds} seeds; lower is better)</text>
 <text x="14" y="${(top + bottom) / 2}" font-size="11" transform="rotate(-90 14 ${(top + bottom) / 2})" text-anchor="middle">makespan ÷ lower bound</text>
 ${axis}${body}${legend}
 </svg>
