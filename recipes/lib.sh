@@ -9,8 +9,9 @@ die() {
 }
 
 # shuffle_lines FILE SEED: a seeded (reproducible) permutation of FILE's lines.
+# (coreutils + awk: awk's seeded generator is shuf's byte source.)
 shuffle_lines() {
-  shuf --random-source=<(openssl enc -aes-256-ctr -pass "pass:$2" -nosalt </dev/zero 2>/dev/null) "$1"
+  shuf --random-source=<(awk -v seed="$2" 'BEGIN { srand(seed); while (1) printf "%c", int(rand() * 256) }' 2>/dev/null) "$1"
 }
 
 # json_number JSON KEY: a top-level numeric field of a one-line JSON object, without a process.
