@@ -56,10 +56,11 @@ export interface SchedulerOptions {
   prefixWaitMs?: number;
   /**
    * `longest-first` (the default for `kv`): new trajectories start one sample of every problem
-   * first, then the remaining samples of the problems whose turns take longest (mean duration of
-   * finished turns, or the age of a turn still running, whichever is larger). Samples of one
-   * problem are alike in length, so this starts the long trajectories early instead of leaving
-   * them to trail at the end of the batch. `fifo`: in submission order.
+   * first, then the remaining samples of the problems whose turns take longest (an upper
+   * estimate from the durations of finished turns, see `estimateZ`, or the age of a turn still
+   * running, whichever is larger). Samples of one problem are alike in length, so this starts the
+   * long trajectories early instead of leaving them to trail at the end of the batch. Turns of
+   * trajectories under way always go first. `fifo`: in submission order.
    */
   order?: Order;
   /**
