@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
 
@@ -36,13 +37,27 @@ describe('hostile code', () => {
   const unharmed = async () => {
     const r = await run('import math\nprint(math.factorial(5))');
     assert.equal(r.stdout, '120\n', JSON.stringify(r));
-    // Every process a call made is gone: only the server, bubblewrap and the executors remain.
+    // Every process a call made is gone: only the server, bubblewrap, the executors and the
+    // child each executor has already forked for its next call remain. That child is forked
+    // right after the answer is sent, so the count may be one short for a moment.
     let count = server.pids().length;
-    for (let i = 0; i < 40 && count > baseline; i += 1) {
+    for (let i = 0; i < 40 && count !== baseline; i += 1) {
       await new Promise((r) => setTimeout(r, 50));
       count = server.pids().length;
     }
     assert.equal(count, baseline, 'no process of a call survives it');
+  };
+
+  /** The process count once it has not changed for a while (executors forked their next child). */
+  const steadyCount = async (): Promise<number> => {
+    let count = server.pids().length;
+    for (let stable = 0, i = 0; stable < 4 && i < 100; i += 1) {
+      await new Promise((r) => setTimeout(r, 50));
+      const next = server.pids().length;
+      stable = next === count ? stable + 1 : 0;
+      count = next;
+    }
+    return count;
   };
 
   before(async () => {
@@ -59,7 +74,7 @@ describe('hostile code', () => {
       'these tests need the namespace sandbox (root + bubblewrap)',
     );
     await run('print(0)');
-    baseline = server.pids().length;
+    baseline = await steadyCount();
   });
   after(async () => {
     assert.deepEqual(await server.stop(), []);
@@ -217,6 +232,27 @@ describe('hostile code', () => {
       'import threading, subprocess\nt = threading.Thread(target=print, args=("t",))\nt.start(); t.join()\nprint(subprocess.run(["echo", "s"], capture_output=True, text=True).stdout.strip())',
     );
     assert.equal(normal.stdout, 't\ns\n', 'threads and subprocesses still work');
+    await unharmed();
+  });
+
+  test('a child killed while it waits for its call is replaced; the call still runs', async () => {
+    // Executors fork (and sandbox) the next call's child ahead of time; it runs as the worker's
+    // unprivileged uid, the only processes in the service that do while no call runs.
+    await steadyCount();
+    const uid = (pid: number) => {
+      try {
+        return Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
+      } catch {
+        return -1;
+      }
+    };
+    const waiting = server.pids().filter((pid) => uid(pid) >= 200_000);
+    assert.equal(waiting.length, 2, 'one prepared child per executor');
+    for (const pid of waiting) process.kill(pid, 'SIGKILL');
+    const light = await run('print(6 * 7)');
+    assert.equal(light.stdout, '42\n', JSON.stringify(light));
+    const heavy = await run('import sympy\nprint(sympy.factorint(360))');
+    assert.equal(heavy.stdout, '{2: 3, 3: 2, 5: 1}\n', JSON.stringify(heavy));
     await unharmed();
   });
 

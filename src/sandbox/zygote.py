@@ -8,6 +8,11 @@
 # when it exits or is killed, the kernel kills every process it created (setsid daemons
 # included). This parent enforces wall time and output size by reading the pipes itself.
 #
+# The child for the next call is forked and sandboxed ahead of time, right after the previous
+# answer is sent (while Node handles it): a call then only hands its request to a child that is
+# already waiting in its namespaces, unprivileged, behind its seccomp filter and limits. That
+# takes the fork and the sandbox setup (about half of a trivial call) off the call's latency.
+#
 # Protocol on fd 0 (requests) / fd 1 (responses): 4-byte big-endian length + UTF-8 JSON.
 import os
 import sys
@@ -158,12 +163,14 @@ PIDNS = os.open('/proc/self/ns/pid', os.O_RDONLY) if ISOLATE else -1
 AS_LIMIT = vm_size() + CONFIG['memory_mb'] * 1024 * 1024 if CONFIG['memory_mb'] > 0 else -1
 
 
-def set_limits(req):
-    timeout = req['timeout']
+def set_cpu_limit(timeout):
     cpu = int(math.ceil(timeout)) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+
+
+def set_limits():
     limits = [
         (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_CPU, cpu),
         (resource.RLIMIT_NPROC, CONFIG['nproc']),
         (resource.RLIMIT_FSIZE, CONFIG['fsize_mb'] * 1024 * 1024),
         (resource.RLIMIT_NOFILE, 256),
@@ -174,7 +181,7 @@ def set_limits(req):
         resource.setrlimit(which, (value, value))
 
 
-def enter_sandbox(req):
+def enter_sandbox(scratch):
     """Runs in the child before user code; any failure ends the call as internal_error (exit 125)."""
     if ISOLATE:
         # A fresh IPC namespace too: SysV shared memory and message queues would outlive the call.
@@ -187,7 +194,7 @@ def enter_sandbox(req):
             check(libc.mount(b'tmpfs', b'/dev/shm', b'tmpfs', MS_NOSUID | MS_NODEV, b'size=16m,nr_inodes=64,mode=1777'), 'mount shm')
     else:
         os.setsid()
-    set_limits(req)
+    set_limits()
     if os.getuid() == 0:
         uid = CONFIG['uid']
         os.setgroups([])
@@ -198,11 +205,14 @@ def enter_sandbox(req):
             check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(SECCOMP[1]), 0, 0), 'seccomp')
     # Set after the uid change, which clears it.
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    os.chdir(req['scratch'] if not ISOLATE else CONFIG['scratch_dir'])
+    os.chdir(scratch if not ISOLATE else CONFIG['scratch_dir'])
     os.environ.clear()
     os.environ.update(CONFIG['env'])
     if not ISOLATE:
-        os.environ['HOME'] = os.environ['TMPDIR'] = req['scratch']
+        os.environ['HOME'] = os.environ['TMPDIR'] = scratch
+    # The executor ignores SIGPIPE (a prepared child may die before its request is written);
+    # user code gets the disposition it always had here.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -280,18 +290,37 @@ def run_script(code, scope):
     return 0
 
 
-def child_main(req, stdin_fd, out_w, err_w):
+def read_request(fd):
+    """The request arrives on fd 3 as JSON closed by EOF; EOF alone means the executor is
+    shutting down or discarding this child."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return json.loads(b''.join(chunks)) if chunks else None
+
+
+def child_main(scratch, stdin_fd, out_w, err_w, req_r):
     status = 125
     try:
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, 1024)
+        os.dup2(req_r, 3)
+        os.closerange(4, 1024)
         try:
-            enter_sandbox(req)
+            enter_sandbox(scratch)
         except BaseException as error:
             os.write(2, f'sandbox setup failed: {error}\n'.encode())
             os._exit(125)
+        # Sandboxed and unprivileged from here on; wait for the call.
+        req = read_request(3)
+        if req is None:
+            os._exit(0)
+        set_cpu_limit(req['timeout'])
         sys.stdin = sys.__stdin__ = open(0, 'r', encoding='utf-8', errors='replace', closefd=False)
         sys.stdout = sys.__stdout__ = open(1, 'w', encoding='utf-8', errors='backslashreplace', closefd=False)
         sys.stderr = sys.__stderr__ = open(
@@ -336,7 +365,7 @@ def child_main(req, stdin_fd, out_w, err_w):
         os._exit(status)
 
 
-def spawn_child(req, stdin_fd, out_w, err_w):
+def spawn_child(scratch, stdin_fd, out_w, err_w, req_r):
     if ISOLATE:
         # New PID namespace for the next child only; setns back so the next call can unshare again.
         check(libc.unshare(CLONE_NEWPID), 'unshare(pid)')
@@ -347,7 +376,7 @@ def spawn_child(req, stdin_fd, out_w, err_w):
             check(libc.setns(PIDNS, CLONE_NEWPID), 'setns(pid)')
         raise
     if pid == 0:
-        child_main(req, stdin_fd, out_w, err_w)
+        child_main(scratch, stdin_fd, out_w, err_w, req_r)
     if ISOLATE:
         check(libc.setns(PIDNS, CLONE_NEWPID), 'setns(pid)')
     return pid
@@ -363,32 +392,106 @@ def kill_call(pid):
         pass
 
 
+class Prepared:
+    """A child forked and sandboxed ahead of its call, blocked reading its request."""
+
+    def __init__(self):
+        self.stdin_fd = os.memfd_create('stdin')
+        self.out_r, out_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        req_r, self.req_w = os.pipe()
+        self.pidfd = -1
+        self.scratch = None
+        try:
+            if not ISOLATE:
+                # Degraded mode: a private directory per call instead of a private tmpfs.
+                self.scratch = tempfile.mkdtemp(prefix='rstar-call-')
+                if os.getuid() == 0:
+                    os.chown(self.scratch, CONFIG['uid'], CONFIG['uid'])
+            self.pid = spawn_child(self.scratch, self.stdin_fd, out_w, err_w, req_r)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            for fd in (out_w, err_w, req_r):
+                os.close(fd)
+        self.pidfd = os.pidfd_open(self.pid)
+
+    def start(self, req):
+        """Hands the call to the child; False when the child died while it waited."""
+        data = (req.get('input') or '').encode('utf-8', 'surrogatepass')
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.stdin_fd, view):]
+        os.lseek(self.stdin_fd, 0, os.SEEK_SET)
+        os.close(self.stdin_fd)
+        self.stdin_fd = -1
+        message = {'code': req['code'], 'mode': req.get('mode'), 'timeout': req['timeout']}
+        view = memoryview(json.dumps(message).encode())
+        try:
+            while view:
+                view = view[os.write(self.req_w, view):]
+        except BrokenPipeError:
+            return False
+        finally:
+            os.close(self.req_w)
+            self.req_w = -1
+        return True
+
+    def discard(self):
+        kill_call(self.pid)
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        self.close()
+
+    def close(self):
+        for name in ('stdin_fd', 'req_w', 'out_r', 'err_r', 'pidfd'):
+            fd = getattr(self, name, -1)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
+
+PREPARED = None
+
+
+def prepare():
+    """Forks the next call's child ahead of time; a failure here is retried at the call."""
+    global PREPARED
+    if PREPARED is None:
+        try:
+            PREPARED = Prepared()
+        except Exception:
+            PREPARED = None
+
+
+def take_prepared():
+    global PREPARED
+    child, PREPARED = PREPARED, None
+    return child if child is not None else Prepared()
+
+
 def execute(req):
     cap = max(CONFIG['output_chars'], int(req.get('keep') or 0))
     keep_bytes = cap * 4 + 4
     hard_limit = CONFIG['output_limit_bytes']
-    stdin_fd = os.memfd_create('stdin')
-    data = (req.get('input') or '').encode('utf-8', 'surrogatepass')
-    view = memoryview(data)
-    while view:
-        view = view[os.write(stdin_fd, view):]
-    os.lseek(stdin_fd, 0, os.SEEK_SET)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    if not ISOLATE:
-        # Degraded mode: a private directory per call instead of a private tmpfs.
-        req['scratch'] = tempfile.mkdtemp(prefix='rstar-call-')
-        if os.getuid() == 0:
-            os.chown(req['scratch'], CONFIG['uid'], CONFIG['uid'])
+    child = take_prepared()
     start = time.perf_counter()
-    try:
-        pid = spawn_child(req, stdin_fd, out_w, err_w)
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-        os.close(stdin_fd)
+    if not child.start(req):
+        # It died while waiting (e.g. killed from outside): a fresh one runs the call.
+        child.discard()
+        child = Prepared()
+        start = time.perf_counter()
+        if not child.start(req):
+            child.discard()
+            raise OSError('sandbox child died before its call')
+    pid, pidfd, out_r, err_r = child.pid, child.pidfd, child.out_r, child.err_r
     deadline = start + req['timeout']
-    pidfd = os.pidfd_open(pid)
     kept = {out_r: bytearray(), err_r: bytearray()}
     total = 0
     open_fds = [out_r, err_r]
@@ -434,12 +537,9 @@ def execute(req):
         if exited_at is None:
             exited_at = time.perf_counter()
         _, status = os.waitpid(pid, 0)
+        stdout, stderr = kept[out_r], kept[err_r]
     finally:
-        os.close(pidfd)
-        for fd in (out_r, err_r):
-            os.close(fd)
-        if not ISOLATE:
-            shutil.rmtree(req['scratch'], ignore_errors=True)
+        child.close()
     cost = (exited_at or time.perf_counter()) - start
     exit_code = os.waitstatus_to_exitcode(status)
     return {
@@ -448,18 +548,21 @@ def execute(req):
         'cost': cost,
         'timed_out': timed_out,
         'output_exceeded': output_exceeded,
-        'stdout': kept[out_r].decode('utf-8', 'replace')[:cap],
-        'stderr': kept[err_r].decode('utf-8', 'replace')[:cap],
+        'stdout': stdout.decode('utf-8', 'replace')[:cap],
+        'stderr': stderr.decode('utf-8', 'replace')[:cap],
     }
 
 
 def main():
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # EPIPE instead of death: writing a request to a prepared child that died must not kill the
+    # executor (and a closed control pipe still ends it, through the exception).
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     # Everything imported so far moves to the permanent generation: a child's garbage collection
     # then never walks (and copy-on-write duplicates) the warm interpreter's objects.
     gc.collect()
     gc.freeze()
     send({'ready': True, 'isolate': ISOLATE, 'preload_errors': PRELOAD_ERRORS, 'as_limit': AS_LIMIT})
+    prepare()
     while True:
         header = read_exact(4)
         if header is None:
@@ -473,6 +576,7 @@ def main():
         except Exception as error:
             result = {'id': req.get('id'), 'error': f'{type(error).__name__}: {error}'}
         send(result)
+        prepare()
 
 
 main()
