@@ -291,8 +291,9 @@ def run_script(code, scope):
 
 
 def read_request(fd):
-    """The request arrives on fd 3 as JSON closed by EOF; EOF alone means the executor is
-    shutting down or discarding this child."""
+    """The request arrives on fd 3 as `timeout\nmode\ncode`, closed by EOF; EOF alone means the
+    executor is shutting down or discarding this child. (Plain bytes: decoding JSON here would
+    touch, and so copy, the json module's pages in every call.)"""
     chunks = []
     while True:
         chunk = os.read(fd, 65536)
@@ -300,7 +301,10 @@ def read_request(fd):
             break
         chunks.append(chunk)
     os.close(fd)
-    return json.loads(b''.join(chunks)) if chunks else None
+    if not chunks:
+        return None
+    timeout, mode, code = b''.join(chunks).split(b'\n', 2)
+    return {'timeout': float(timeout), 'mode': mode.decode(), 'code': code.decode('utf-8', 'surrogatepass')}
 
 
 def child_main(scratch, stdin_fd, out_w, err_w, req_r):
@@ -426,8 +430,8 @@ class Prepared:
         os.lseek(self.stdin_fd, 0, os.SEEK_SET)
         os.close(self.stdin_fd)
         self.stdin_fd = -1
-        message = {'code': req['code'], 'mode': req.get('mode'), 'timeout': req['timeout']}
-        view = memoryview(json.dumps(message).encode())
+        head = f"{float(req['timeout'])!r}\n{req.get('mode') or 'notebook'}\n".encode()
+        view = memoryview(head + req['code'].encode('utf-8', 'surrogatepass'))
         try:
             while view:
                 view = view[os.write(self.req_w, view):]
