@@ -15,12 +15,12 @@ limit=${EVAL_CI_LIMIT:-2}
 max_tokens=${EVAL_CI_MAX_TOKENS:-192}
 work=$(mktemp -d "${TMPDIR:-/tmp}/rstar-eval-ci.XXXXXX")
 out=${1:-$work/report}
-pids=()
+# shellcheck source=recipes/servers.sh
+source recipes/servers.sh
 
 cleanup() {
   local status=$?
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  stop_servers
   if [ "$status" -ne 0 ]; then
     for log in "$work"/*.log; do [ -f "$log" ] && { echo "--- $log" >&2; tail -n 20 "$log" >&2; }; done
   fi
@@ -29,40 +29,17 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
-
-# Polls URL/health until it answers 200 or the process behind it died.
-wait_health() {
-  local url=$1 pid=$2 name=$3
-  for _ in $(seq 1 240); do
-    if ! kill -0 "$pid" 2>/dev/null; then echo "eval-ci: $name exited before it was ready" >&2; return 1; fi
-    if node -e 'fetch(process.argv[1]).then(r=>process.exit(r.ok?0:1),()=>process.exit(1))' "$url/health"; then return 0; fi
-    sleep 0.5
-  done
-  echo "eval-ci: $name not ready after 120 s" >&2
-  return 1
-}
-
 start=$(date +%s)
 rstar model-init --config fixtures/tiny/config.json --out "$work/model" --seed 0 >/dev/null
-
-engine_port=$(free_port)
-# Started as direct children (not through the rstar function, whose subshell would be what $!
-# names), so the trap's SIGTERM reaches the servers themselves.
-node bin/rstar.js engine-serve --model "$work/model" --port "$engine_port" >"$work/engine.log" 2>&1 &
-pids+=($!)
-engine_pid=$!
-sandbox_port=$(free_port)
-node bin/rstar.js sandbox-serve --port "$sandbox_port" >"$work/sandbox.log" 2>&1 &
-pids+=($!)
-sandbox_pid=$!
-wait_health "http://127.0.0.1:$engine_port" "$engine_pid" engine-serve
-wait_health "http://127.0.0.1:$sandbox_port" "$sandbox_pid" sandbox-serve
+start_server engine-serve "$work/engine.log" engine-serve --model "$work/model"
+engine_url=$SERVER_URL
+start_server sandbox-serve "$work/sandbox.log" sandbox-serve
+sandbox_url=$SERVER_URL
 ready=$(date +%s)
 
 rstar eval \
   --problems fixtures/aime_2024.jsonl --problems fixtures/math500.jsonl --limit "$limit" --n "$n" \
-  --engine "http://127.0.0.1:$engine_port" --sandbox "http://127.0.0.1:$sandbox_port" \
+  --engine "$engine_url" --sandbox "$sandbox_url" \
   --tokenizer "$work/model" --max-tokens "$max_tokens" --max-turns 2 --temperature 1 --seed 0 \
   --out "$out" >"$work/eval.ndjson"
 done_at=$(date +%s)
