@@ -467,7 +467,9 @@ PREPARED = None
 def prepare():
     """Forks the next call's child ahead of time; a failure here is retried at the call."""
     global PREPARED
-    if PREPARED is None:
+    # Degraded mode would keep an empty scratch directory around between calls (and leave it
+    # behind when the executor is killed): it forks at the call instead.
+    if PREPARED is None and ISOLATE:
         try:
             PREPARED = Prepared()
         except Exception:
