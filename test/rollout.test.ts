@@ -146,7 +146,9 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
     const small = await fake({ capacity: 2200, baseMs: 120 });
     const large = await fake({ capacity: 6600, baseMs: 120 });
     const out = await collect(
-      rollout(problems(24), {
+      // 48 trajectories (96 turns): enough that a start-up transient (a slow first scrape on a
+      // loaded machine) cannot decide the split on its own.
+      rollout(problems(48), {
         engines: [new SglangClient(small.url), new SglangClient(large.url)],
         sandbox: sandbox.url,
         protocol: ctx,
@@ -154,9 +156,9 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
         scrapeMs: 100,
       }),
     );
-    assert.equal(out.length, 24);
+    assert.equal(out.length, 48);
     const [s, l] = await Promise.all([small.stats(), large.stats()]);
-    assert.equal(s.requests + l.requests, 48);
+    assert.equal(s.requests + l.requests, 96);
     const ratio = l.requests / s.requests;
     assert.ok(ratio > 2 && ratio < 4.5, `large/small = ${l.requests}/${s.requests}`);
     assert.ok(s.maxUsed <= 2200 && l.maxUsed <= 6600, 'no engine was asked for more KV than it has');
