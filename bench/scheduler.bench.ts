@@ -18,6 +18,7 @@
  *   responses ~LogNormal(ln 120, 0.6) tokens; tool latency ~LogNormal(ln 1 s, 1.0), at most 30 s.
  */
 import { writeFileSync } from 'node:fs';
+import { mulberry32 } from '../src/random.js';
 import { type Order, type Policy, Scheduler, type TurnRequest } from '../src/rollout/scheduler.js';
 
 interface EngineModel {
@@ -58,16 +59,7 @@ const DT = 0.05;
 const SCRAPE_S = 0.5;
 
 /** Mulberry32: a seeded PRNG so every policy sees the same workload. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 
 function logNormal(rand: () => number, median: number, sigma: number): number {
   const u = Math.max(rand(), 1e-12);

@@ -3,6 +3,8 @@
  * `reject_equal_reward` (down_sample/reject_sampling.py) and `resample_of_correct` (down_sample/roc.py).
  * Pure functions over one group; streaming and I/O live in the command.
  */
+
+import { fnv1a, mulberry32 } from '../random.js';
 import { roundHalfEven } from './py-round.js';
 
 export interface RocCandidate {
@@ -144,27 +146,10 @@ export function rocSelect(candidates: readonly RocCandidate[], options: RocOptio
   return decision('sampled', chosen, chosen.length !== keep);
 }
 
-/** 32-bit FNV-1a, to derive a per-group seed from the run's seed and the group key. */
-function fnv1a(text: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < text.length; i++) {
-    h ^= text.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return h >>> 0;
-}
-
 /**
  * A deterministic stream in [0, 1) for one group (mulberry32). Seeding by (seed, problem_id) makes a
  * group's choice independent of which other groups share the input and of their order.
  */
 export function groupRandom(seed: number, key: string): () => number {
-  let state = fnv1a(`${seed}\u0000${key}`);
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  return mulberry32(fnv1a(`${seed}\u0000${key}`));
 }

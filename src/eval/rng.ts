@@ -1,18 +1,11 @@
+import { fnv1a, mulberry32 } from '../random.js';
+
 /**
  * A small seeded PRNG (mulberry32 over a string-hashed seed), so GPQA option orders are the same
  * on every machine and Node version: Math.random cannot be seeded.
  */
 export function seededRandom(seed: number | string): () => number {
-  let h = 2166136261 >>> 0;
-  for (const ch of String(seed)) h = Math.imul(h ^ ch.charCodeAt(0), 16777619) >>> 0;
-  let state = h;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  return mulberry32(fnv1a(String(seed)));
 }
 
 /** Fisher-Yates shuffle of a copy. */

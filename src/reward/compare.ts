@@ -1,3 +1,4 @@
+import { mulberry32 } from '../random.js';
 import type { Answer, Rel } from './answer.js';
 import type { Budget } from './budget.js';
 import { evaluate, expandPm, hasPm, type Node, symbols } from './expr.js';
@@ -11,16 +12,7 @@ import { evaluate, expandPm, hasPm, type Node, symbols } from './expr.js';
  */
 
 /** mulberry32: a tiny seeded PRNG so verdicts are reproducible. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 
 const SAMPLES = 14;
 

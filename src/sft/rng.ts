@@ -1,18 +1,12 @@
+import { mulberry32 } from '../random.js';
+
 /** A small seeded PRNG (mulberry32): the same seed gives the same data set on every machine. */
 export class Rng {
-  #state: number;
+  /** Uniform in [0, 1). */
+  readonly next: () => number;
 
   constructor(seed: number) {
-    this.#state = (seed >>> 0) ^ 0x9e3779b9;
-  }
-
-  /** Uniform in [0, 1). */
-  next(): number {
-    this.#state = (this.#state + 0x6d2b79f5) >>> 0;
-    let t = this.#state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    this.next = mulberry32((seed >>> 0) ^ 0x9e3779b9);
   }
 
   /** Integer in [lo, hi], both inclusive. */
