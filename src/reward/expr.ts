@@ -128,6 +128,9 @@ const PLAIN_NAMES = [
   'inf',
 ];
 
+/** Operators written another way: a ratio `7:32` is the quotient; U+2212 is a minus. */
+const OP_ALIASES: Record<string, string | undefined> = { ':': '/', '−': '-' };
+
 export function tokenize(s: string, budget: Budget): Tok[] {
   const out: Tok[] = [];
   let i = 0;
@@ -186,24 +189,9 @@ export function tokenize(s: string, budget: Budget): Tok[] {
       i += 1;
       continue;
     }
-    if ('+-*/^_!()[]{}|%±'.includes(c)) {
-      out.push({ k: 'op', v: c });
-      i += 1;
-      continue;
-    }
-    if (c === ':') {
-      // A ratio `7:32` is the quotient.
-      out.push({ k: 'op', v: '/' });
-      i += 1;
-      continue;
-    }
-    if (c === '−') {
-      out.push({ k: 'op', v: '-' });
-      i += 1;
-      continue;
-    }
-    if (c === "'") {
-      out.push({ k: 'op', v: "'" });
+    const op = "+-*/^_!()[]{}|%±'".includes(c) ? c : OP_ALIASES[c];
+    if (op !== undefined) {
+      out.push({ k: 'op', v: op });
       i += 1;
       continue;
     }
