@@ -8,6 +8,10 @@ describe('vLLM client', () => {
   let server: Server;
   let url: string;
   const bodies: Record<string, unknown>[] = [];
+  /** Requests to the development-mode routes, in order: method, path, body. */
+  const dev: { method?: string; url?: string; body: string }[] = [];
+  /** Whether the server runs with VLLM_SERVER_DEV_MODE=1 (otherwise those routes are 404). */
+  let devMode = true;
   before(async () => {
     server = createServer((req, res) => {
       let s = '';
@@ -26,6 +30,12 @@ describe('vLLM client', () => {
               'vllm:cache_config_info{block_size="16",cache_dtype="auto",num_gpu_blocks="1000",num_cpu_blocks="0"} 1.0\n' +
               'vllm:kv_cache_usage_perc{engine="0",model_name="/models/qwen3-14b"} 0.25\n',
           );
+        }
+        if (devMode && (req.url === '/collective_rpc' || req.url === '/reset_prefix_cache')) {
+          dev.push({ method: req.method, url: req.url, body: s });
+          if (req.url === '/reset_prefix_cache') return res.writeHead(200).end();
+          res.writeHead(200, { 'content-type': 'application/json' });
+          return res.end(JSON.stringify({ results: [null, null] }));
         }
         if (req.url === '/v1/completions') {
           const body = JSON.parse(s) as { max_tokens: number };
@@ -89,7 +99,28 @@ describe('vLLM client', () => {
       assert.equal(e.retryable, false);
       return true;
     });
-    await assert.rejects(c.reload('/ckpt'), /no stable weight-reload endpoint/);
+  });
+
+  it('reloads a checkpoint through /collective_rpc reload_weights, then resets the prefix cache', async () => {
+    const c = new VllmClient(url);
+    dev.length = 0;
+    devMode = true;
+    await c.reload('/ckpt/step-10');
+    assert.deepEqual(
+      dev.map((d) => [d.method, d.url, JSON.parse(d.body)]),
+      [
+        ['POST', '/collective_rpc', { method: 'reload_weights', kwargs: { weights_path: '/ckpt/step-10' } }],
+        ['POST', '/reset_prefix_cache', {}],
+      ],
+    );
+    // Without VLLM_SERVER_DEV_MODE=1 the routes do not exist: the error says what to do.
+    devMode = false;
+    await assert.rejects(c.reload('/ckpt/step-10'), (e: EngineError) => {
+      assert.equal(e.retryable, false);
+      assert.match(e.message, /VLLM_SERVER_DEV_MODE=1/);
+      return true;
+    });
+    devMode = true;
   });
 
   it('parses Prometheus samples with labels', () => {

@@ -264,11 +264,32 @@ export class VllmClient implements EngineClient {
     return { total, used: Math.round(usage.value * total) };
   }
 
-  async reload(_checkpoint: string): Promise<void> {
-    throw new EngineError(
-      `${this.url}: vLLM has no stable weight-reload endpoint; restart it with the checkpoint (see docs/rollout.md)`,
-      false,
-    );
+  /**
+   * vLLM's documented in-place reload: the worker method `reload_weights` with a `weights_path`
+   * (vLLM's layerwise-reload design doc), called on every worker through `POST /collective_rpc`,
+   * then `POST /reset_prefix_cache` (cached prefixes were computed with the old weights). Both
+   * routes exist only when the server runs with `VLLM_SERVER_DEV_MODE=1`; without it they answer
+   * 404, and the error says so.
+   */
+  async reload(checkpoint: string): Promise<void> {
+    const devMode = (e: unknown): never => {
+      if (e instanceof EngineError && / HTTP 404: /.test(e.message))
+        throw new EngineError(
+          `${this.url}: vLLM's /collective_rpc and /reset_prefix_cache need the server started with ` +
+            'VLLM_SERVER_DEV_MODE=1 (and a vLLM whose workers have reload_weights(weights_path)); ' +
+            'otherwise restart vLLM on the checkpoint (see docs/rollout.md)',
+          false,
+        );
+      throw e;
+    };
+    const out = (await post(
+      `${this.url}/collective_rpc`,
+      { method: 'reload_weights', kwargs: { weights_path: checkpoint } },
+      this.#timeoutMs,
+    ).catch(devMode)) as { results?: unknown } | string;
+    if (typeof out === 'object' && out !== null && 'results' in out && !Array.isArray(out.results))
+      fail(this.url, '/collective_rpc results');
+    await post(`${this.url}/reset_prefix_cache`, {}, this.#timeoutMs).catch(devMode);
   }
 }
 
