@@ -145,6 +145,34 @@ function rssMb(pid: number): number {
   }
 }
 
+/** CPU seconds (user + system) of one live process. */
+function cpuOf(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Runs `work` and reports CPU ms per call: everything in the guard, and the Node server alone. */
+async function cpuPerCall<T>(
+  server: GuardedServer,
+  calls: number,
+  work: () => Promise<T>,
+): Promise<{ value: T; text: string }> {
+  const nodePid = server.child.pid as number;
+  const all0 = server.cpuSeconds();
+  const node0 = cpuOf(nodePid);
+  const value = await work();
+  const all = ((server.cpuSeconds() - all0) * 1000) / calls;
+  const node = ((cpuOf(nodePid) - node0) * 1000) / calls;
+  const text = Number.isNaN(all)
+    ? `node ${node.toFixed(2)} ms CPU/call`
+    : `${all.toFixed(2)} ms CPU/call (node ${node.toFixed(2)}, executors ${(all - node).toFixed(2)})`;
+  return { value, text };
+}
+
 function totalRssMb(server: GuardedServer): number {
   return server.pids().reduce((sum, pid) => sum + rssMb(pid), 0);
 }
@@ -174,40 +202,58 @@ async function main(): Promise<void> {
       Array.from({ length: 200 }, (_, i) => ({ type: 'python', solution: `print(${i})` })),
     );
 
-    const trivial = await stream(
-      server.url,
-      Array.from({ length: trivialN }, (_, i) => ({ type: 'python', solution: `print(${i})` })),
-    );
-    if (trivial.results.some((r, i) => r.stdout !== `${i}\n`)) throw new Error('wrong trivial answer');
-    const trivialRate = trivialN / trivial.seconds;
-    log(`trivial print(i): ${trivialRate.toFixed(0)} calls/s (${trivialN} calls, stream)`);
+    let mixRate = Number.NaN;
+    if (trivialN > 0) {
+      const subs = Array.from({ length: trivialN }, (_, i) => ({ type: 'python', solution: `print(${i})` }));
+      const { value: trivial, text } = await cpuPerCall(server, trivialN, () => stream(server.url, subs));
+      if (trivial.results.some((r, i) => r.stdout !== `${i}\n`)) throw new Error('wrong trivial answer');
+      log(
+        `trivial print(i): ${(trivialN / trivial.seconds).toFixed(0)} calls/s (${trivialN} calls, stream); ${text}`,
+      );
+      // The same call routed to the heavy executors (numpy + sympy preloaded) by a comment.
+      const heavyN = Math.min(trivialN, 1000);
+      const heavySubs = Array.from({ length: heavyN }, (_, i) => ({
+        type: 'python',
+        solution: `print(${i})  # sympy`,
+      }));
+      const heavy = await cpuPerCall(server, heavyN, () => stream(server.url, heavySubs));
+      log(
+        `trivial print(i) on heavy executors: ${(heavyN / heavy.value.seconds).toFixed(0)} calls/s (${heavyN} calls); ${heavy.text}`,
+      );
+    }
 
-    const subs = Array.from({ length: mixRounds }, () => mix).flat();
-    const mixed = await stream(server.url, subs);
-    const mixRate = subs.length / mixed.seconds;
-    const failed = mixed.results.filter((r) => !r.run_success).length / subs.length;
-    log(
-      `realistic mix: ${mixRate.toFixed(1)} calls/s (${subs.length} calls, ${(failed * 100).toFixed(1)}% failing)`,
-    );
+    if (mixRounds > 0) {
+      const subs = Array.from({ length: mixRounds }, () => mix).flat();
+      const { value: mixed, text } = await cpuPerCall(server, subs.length, () => stream(server.url, subs));
+      mixRate = subs.length / mixed.seconds;
+      const failed = mixed.results.filter((r) => !r.run_success).length / subs.length;
+      log(
+        `realistic mix: ${mixRate.toFixed(1)} calls/s (${subs.length} calls, ${(failed * 100).toFixed(1)}% failing); ${text}`,
+      );
+    }
 
-    const sample = mix.slice(0, baselineN);
-    const fresh = await freshInterpreter(sample);
-    log(
-      `baseline fresh interpreter per call: ${fresh.toFixed(1)} calls/s (${sample.length} calls, ${availableParallelism()} parallel) -> service is ${(mixRate / fresh).toFixed(1)}x`,
-    );
-    const warm = await warmInterpreter(mix);
-    log(
-      `floor one warm interpreter, no isolation: ${warm.toFixed(1)} calls/s (${mix.length} calls, 1 process) -> service is ${((mixRate / warm) * 100).toFixed(0)}%`,
-    );
+    if (baselineN > 0) {
+      const sample = mix.slice(0, baselineN);
+      const fresh = await freshInterpreter(sample);
+      log(
+        `baseline fresh interpreter per call: ${fresh.toFixed(1)} calls/s (${sample.length} calls, ${availableParallelism()} parallel) -> service is ${(mixRate / fresh).toFixed(1)}x`,
+      );
+      const warm = await warmInterpreter(mix);
+      log(
+        `floor one warm interpreter, no isolation: ${warm.toFixed(1)} calls/s (${mix.length} calls, 1 process) -> service is ${((mixRate / warm) * 100).toFixed(0)}%`,
+      );
+    }
 
-    const c1 = await latency(server.url, latencyN, 1);
-    log(
-      `/run latency, concurrency 1: p50 ${c1.p50.toFixed(1)} ms, p99 ${c1.p99.toFixed(1)} ms (${latencyN} calls)`,
-    );
-    const c256 = await latency(server.url, Math.max(latencyN * 4, 1024), 256);
-    log(
-      `/run latency, concurrency 256: p50 ${c256.p50.toFixed(1)} ms, p99 ${c256.p99.toFixed(1)} ms, ${c256.rate.toFixed(0)} calls/s`,
-    );
+    if (latencyN > 0) {
+      const c1 = await latency(server.url, latencyN, 1);
+      log(
+        `/run latency, concurrency 1: p50 ${c1.p50.toFixed(1)} ms, p99 ${c1.p99.toFixed(1)} ms (${latencyN} calls)`,
+      );
+      const c256 = await latency(server.url, Math.max(latencyN * 4, 1024), 256);
+      log(
+        `/run latency, concurrency 256: p50 ${c256.p50.toFixed(1)} ms, p99 ${c256.p99.toFixed(1)} ms, ${c256.rate.toFixed(0)} calls/s`,
+      );
+    }
 
     const memory: string[] = [];
     const before = { node: rssMb(nodePid), all: totalRssMb(server) };
@@ -227,10 +273,12 @@ async function main(): Promise<void> {
       );
     }
     const soakRate = soakN / ((performance.now() - t0) / 1000);
-    log(
-      `soak ${soakN} calls at ${soakRate.toFixed(0)} calls/s; RSS before: node ${before.node.toFixed(0)} MB, all ${before.all.toFixed(0)} MB`,
-    );
-    for (const line of memory) log(`  after ${line}`);
+    if (soakN > 0) {
+      log(
+        `soak ${soakN} calls at ${soakRate.toFixed(0)} calls/s; RSS before: node ${before.node.toFixed(0)} MB, all ${before.all.toFixed(0)} MB`,
+      );
+      for (const line of memory) log(`  after ${line}`);
+    }
   } finally {
     await server.stop();
   }

@@ -62,6 +62,25 @@ export function isolationSupport(): { isolate: boolean; reason: string } {
   return { isolate: true, reason: `${probe.stdout.trim()}: private net, pid, mount, ipc, uts namespaces` };
 }
 
+/** A Python literal for `ast.literal_eval` (the executor does not import json). */
+export function pythonLiteral(value: unknown): string {
+  if (value === null || value === undefined) return 'None';
+  if (value === true) return 'True';
+  if (value === false) return 'False';
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value)) throw new Error(`not a finite number: ${value}`);
+    return String(value);
+  }
+  // JSON string escapes (\", \\, \n, \uXXXX) mean the same in a Python string literal.
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(pythonLiteral).join(', ')}]`;
+  if (typeof value === 'object')
+    return `{${Object.entries(value as Record<string, unknown>)
+      .map(([k, v]) => `${JSON.stringify(k)}: ${pythonLiteral(v)}`)
+      .join(', ')}}`;
+  throw new Error(`no Python literal for ${typeof value}`);
+}
+
 function bwrapArgs(prefixes: string[]): string[] {
   const args = ['--die-with-parent', '--unshare-net', '--unshare-pid', '--unshare-ipc', '--unshare-uts'];
   args.push('--unshare-cgroup-try', '--hostname', 'sandbox');
@@ -133,9 +152,15 @@ export class Executor {
       scratch_dir: c.isolate ? '/tmp' : '/tmp',
       env: USER_ENV,
       preload: c.heavy ? PRELOAD : PRELOAD_LIGHT,
+      path: interp.path,
     };
-    const python = [interp.executable, '-I', '-c', readFileSync(ZYGOTE, 'utf8'), JSON.stringify(config)];
-    const command = c.isolate ? ['bwrap', ...bwrapArgs(interp.prefixes), '--', ...python] : python;
+    // -S: no `site` (its .pth files import ~80 modules that would weigh on every fork).
+    const python = [interp.executable, '-S', '-I', '-c', readFileSync(ZYGOTE, 'utf8'), pythonLiteral(config)];
+    // Import directories outside the prefixes (added by .pth files) are bound read-only too.
+    const roots = [...interp.prefixes];
+    for (const dir of interp.path)
+      if (existsSync(dir) && !roots.some((r) => dir === r || dir.startsWith(`${r}/`))) roots.push(dir);
+    const command = c.isolate ? ['bwrap', ...bwrapArgs(roots), '--', ...python] : python;
     // A shell joins the cgroup first so everything exec'd from it (and every fork) is inside.
     const join = 'for f in $RSTAR_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"';
     const env: NodeJS.ProcessEnv = {

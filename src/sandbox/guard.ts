@@ -16,6 +16,8 @@ export interface GuardedServer {
   stderr: () => string;
   /** Pids still inside the guard (the server and everything it started). */
   pids(): number[];
+  /** CPU seconds used by everything that ran in the guard so far (cgroup v1 cpuacct), or NaN. */
+  cpuSeconds(): number;
   /** SIGTERM, wait for exit, then kill anything left in the guard and remove it. Returns leftovers seen after exit. */
   stop(signal?: NodeJS.Signals): Promise<number[]>;
 }
@@ -33,13 +35,14 @@ function guardDirs(name: string, memoryBytes: number, maxPids: number): string[]
   for (const [controller, file, value] of [
     ['pids', 'pids.max', String(maxPids)],
     ['memory', 'memory.limit_in_bytes', String(memoryBytes)],
+    ['cpuacct', '', ''],
   ] as const) {
     const root = join('/sys/fs/cgroup', controller);
     if (!existsSync(join(root, 'cgroup.procs'))) continue;
     const dir = join(root, ownPath(controller), name);
     try {
       mkdirSync(dir, { recursive: true });
-      writeFileSync(join(dir, file), value);
+      if (file) writeFileSync(join(dir, file), value);
       dirs.push(dir);
     } catch {}
   }
@@ -117,11 +120,19 @@ export async function startGuardedServer(
     });
   });
   const pids = () => [...new Set(dirs.flatMap(pidsIn))];
+  const cpuacct = dirs.find((d) => d.includes('/cpuacct/'));
   return {
     url,
     child,
     stderr: () => log,
     pids,
+    cpuSeconds: () => {
+      try {
+        return cpuacct ? Number(readFileSync(join(cpuacct, 'cpuacct.usage'), 'utf8')) / 1e9 : Number.NaN;
+      } catch {
+        return Number.NaN;
+      }
+    },
     async stop(signal: NodeJS.Signals = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) {
         await new Promise<void>((resolve) => {

@@ -14,6 +14,10 @@
 # takes the fork and the sandbox setup (about half of a trivial call) off the call's latency.
 #
 # Protocol on fd 0 (requests) / fd 1 (responses): 4-byte big-endian length + UTF-8 JSON.
+# The interpreter runs with -S -I: no `site`, so none of site-packages' .pth imports land in the
+# warm interpreter (every module it holds makes each fork dearer); the import path comes in the
+# config instead. Only what a call needs is imported here: what user code runs with (the preload
+# list), ast (notebook mode), ctypes (the sandbox setup) and traceback (error text).
 import os
 import sys
 
@@ -32,14 +36,28 @@ import json
 import math  # noqa: F401
 import resource
 import select
-import shutil
 import signal
 import struct
-import tempfile
 import time
 import traceback
 
-CONFIG = json.loads(sys.argv[1])
+CONFIG = ast.literal_eval(sys.argv[1])
+sys.path[:] = CONFIG['path']
+
+
+def install_site_builtins():
+    """What `site` would have added to builtins: exit()/quit() are common in model code."""
+    import _sitebuiltins
+
+    builtins.exit = _sitebuiltins.Quitter('exit', 'Ctrl-D (i.e. EOF)')
+    builtins.quit = _sitebuiltins.Quitter('quit', 'Ctrl-D (i.e. EOF)')
+    builtins.help = _sitebuiltins._Helper()
+    builtins.copyright = _sitebuiltins._Printer('copyright', sys.copyright)
+    builtins.credits = _sitebuiltins._Printer('credits', 'Thanks to CWI, CNRI, BeOpen, Zope and others.')
+    builtins.license = _sitebuiltins._Printer('license', 'See https://www.python.org/psf/license/')
+
+
+install_site_builtins()
 PRELOAD_ERRORS = []
 for name in CONFIG.get('preload', []):
     try:
@@ -409,6 +427,8 @@ class Prepared:
         try:
             if not ISOLATE:
                 # Degraded mode: a private directory per call instead of a private tmpfs.
+                import tempfile
+
                 self.scratch = tempfile.mkdtemp(prefix='rstar-call-')
                 if os.getuid() == 0:
                     os.chown(self.scratch, CONFIG['uid'], CONFIG['uid'])
@@ -457,6 +477,8 @@ class Prepared:
                 os.close(fd)
                 setattr(self, name, -1)
         if self.scratch is not None:
+            import shutil
+
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
 
