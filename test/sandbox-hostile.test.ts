@@ -265,6 +265,46 @@ describe('hostile code', () => {
     await unharmed();
   });
 
+  test("a call cannot find an earlier call's code, input or output in its own memory", async () => {
+    // Each executor forks every call's child from itself: whatever bytes of earlier calls its
+    // memory holds (freed request or output buffers), the next child inherits. Plant three
+    // secrets per executor (one only in the code, one only in stdin, one only in the output),
+    // then let later calls of the same executor scan every readable page of their own memory.
+    const marker = 'k9Xv';
+    const hex = () => Array.from({ length: 16 }, () => Math.floor(Math.random() * 16).toString(16)).join('');
+    const scan = [
+      'import ctypes, re',
+      'found = set()',
+      'for line in open("/proc/self/maps").read().splitlines():',
+      '    fields = line.split()',
+      '    span, perms, inode = fields[0], fields[1], fields[4]',
+      '    # Anonymous memory (heap, stack, arenas) is where freed buffers stay; file pages hold no call data.',
+      '    if perms[0] != "r" or inode != "0" or line.endswith(("[vvar]", "[vvar_vclock]", "[vsyscall]")):',
+      '        continue',
+      '    lo, hi = (int(x, 16) for x in span.split("-"))',
+      '    for pos in range(lo, hi, 1 << 22):',
+      '        chunk = ctypes.string_at(pos, min(hi, pos + (1 << 22) + 64) - pos)',
+      '        found.update(m.decode() for m in re.findall(rb"' + marker + '([0-9a-f]{16})", chunk))',
+      'print(sorted(found))',
+    ].join('\n');
+    for (const route of ['', '  # sympy']) {
+      const secrets = { code: hex(), input: hex(), output: hex() };
+      const reversed = [...secrets.output].reverse().join('');
+      const plant = await run(
+        `kept = "${marker}${secrets.code}"\ns = input()\nprint("${marker}" + "${reversed}"[::-1], len(s))${route}`,
+        `${marker}${secrets.input}\n`,
+      );
+      assert.equal(plant.stdout, `${marker}${secrets.output} 20\n`, JSON.stringify(plant));
+      for (let i = 0; i < 3; i += 1) {
+        const r = await run(scan + route);
+        assert.equal(r.run_success, true, JSON.stringify(r));
+        for (const [where, secret] of Object.entries(secrets))
+          assert.ok(!r.stdout.includes(secret), `the ${where} of an earlier call is readable: ${r.stdout}`);
+      }
+    }
+    await unharmed();
+  });
+
   test('fake end markers and protocol bytes in stdout are just output', async () => {
     const fake = '@@E\\n@@D0.1\\n\\x00\\x00\\x00\\x05{}}}}';
     const r = await run(`import sys\nsys.stdout.write("${fake}")\nprint('{"id": 1, "exit": 0}')`);

@@ -47,6 +47,22 @@ export interface RawResult {
   error?: string;
 }
 
+/** Binary control protocol (zygote.py REQUEST/RESPONSE), little-endian. */
+const REQUEST_HEADER = 25; // id u32, code bytes u32, stdin bytes u32, output bytes kept u32, timeout f64, mode u8
+const RESPONSE_HEADER = 27; // id u32, exit i32, cost f64, timed out u8, output exceeded u8, error u8, stdout u32, stderr u32
+
+/** UTF-8 (invalid bytes replaced, so binary output stays valid text) cut to `cap` code points. */
+export function firstChars(bytes: Buffer, cap: number): string {
+  const text = bytes.toString('utf8');
+  if (text.length <= cap) return text;
+  let units = 0;
+  for (let chars = 0; chars < cap && units < text.length; chars += 1) {
+    const c = text.charCodeAt(units);
+    units += c >= 0xd800 && c <= 0xdbff && units + 1 < text.length ? 2 : 1;
+  }
+  return text.slice(0, units);
+}
+
 export class ExecutorDied extends Error {
   override name = 'ExecutorDied';
 }
@@ -124,7 +140,7 @@ export class Executor {
   readonly config: ExecutorConfig;
   #child?: ChildProcess;
   #buffer: Buffer = Buffer.alloc(0);
-  #waiting?: { resolve: (r: RawResult) => void; reject: (e: Error) => void };
+  #waiting?: { cap: number; resolve: (r: RawResult) => void; reject: (e: Error) => void };
   #ready?: { resolve: () => void; reject: (e: Error) => void };
   #nextId = 1;
   #stderrTail = '';
@@ -189,16 +205,25 @@ export class Executor {
       return Promise.reject(new ExecutorDied('executor is not running'));
     this.busy = true;
     const id = this.#nextId++;
-    const body = Buffer.from(JSON.stringify({ id, ...request }));
-    const header = Buffer.alloc(4);
-    header.writeUInt32BE(body.length);
-    this.#child.stdin.write(Buffer.concat([header, body]));
+    const cap = Math.max(this.config.outputChars, request.keep ?? 0);
+    const code = Buffer.from(request.code, 'utf8');
+    const input = Buffer.from(request.input, 'utf8');
+    const header = Buffer.alloc(REQUEST_HEADER);
+    header.writeUInt32LE(id, 0);
+    header.writeUInt32LE(code.length, 4);
+    header.writeUInt32LE(input.length, 8);
+    // Enough bytes for `cap` characters whatever their encoding (4 bytes each at most).
+    header.writeUInt32LE(cap * 4 + 4, 12);
+    header.writeDoubleLE(request.timeout, 16);
+    header.writeUInt8(request.mode === 'script' ? 1 : 0, 24);
+    this.#child.stdin.write(Buffer.concat([header, code, input]));
     return new Promise((resolve, reject) => {
       // The executor enforces the call's limits itself; this watchdog only catches an executor
       // that stopped answering, so no call can hang: it is killed, the call fails, it restarts.
       const watchdog = setTimeout(() => this.kill(), (request.timeout + 15) * 1000);
       watchdog.unref();
       this.#waiting = {
+        cap,
         resolve: (r) => {
           clearTimeout(watchdog);
           this.busy = false;
@@ -234,22 +259,48 @@ export class Executor {
 
   #onData(chunk: Buffer): void {
     this.#buffer = this.#buffer.length === 0 ? chunk : Buffer.concat([this.#buffer, chunk]);
-    while (this.#buffer.length >= 4) {
-      const length = this.#buffer.readUInt32BE(0);
-      if (this.#buffer.length < 4 + length) break;
-      const message = JSON.parse(this.#buffer.toString('utf8', 4, 4 + length)) as Record<string, unknown>;
-      this.#buffer = this.#buffer.subarray(4 + length);
-      if (message.ready) {
+    while (this.#buffer.length >= RESPONSE_HEADER) {
+      const b = this.#buffer;
+      const outLength = b.readUInt32LE(19);
+      const errLength = b.readUInt32LE(23);
+      const end = RESPONSE_HEADER + outLength + errLength;
+      if (b.length < end) break;
+      const id = b.readUInt32LE(0);
+      const error = b[18] === 1;
+      this.#buffer = b.subarray(end);
+      if (id === 0) {
+        // The ready message; an error text lists modules that failed to preload.
         this.alive = true;
-        const errors = message.preload_errors as string[];
-        if (errors.length > 0) process.stderr.write(`sandbox: preload failed: ${errors.join('; ')}\n`);
+        if (error)
+          process.stderr.write(`sandbox: preload failed: ${b.toString('utf8', RESPONSE_HEADER, end)}\n`);
         this.#ready?.resolve();
         this.#ready = undefined;
         continue;
       }
       const waiting = this.#waiting;
       this.#waiting = undefined;
-      waiting?.resolve(message as unknown as RawResult);
+      if (!waiting) continue;
+      const stderr = firstChars(b.subarray(RESPONSE_HEADER + outLength, end), waiting.cap);
+      if (error) {
+        waiting.resolve({
+          exit: -1,
+          cost: 0,
+          timed_out: false,
+          output_exceeded: false,
+          stdout: '',
+          stderr,
+          error: stderr,
+        });
+        continue;
+      }
+      waiting.resolve({
+        exit: b.readInt32LE(4),
+        cost: b.readDoubleLE(8),
+        timed_out: b[16] === 1,
+        output_exceeded: b[17] === 1,
+        stdout: firstChars(b.subarray(RESPONSE_HEADER, RESPONSE_HEADER + outLength), waiting.cap),
+        stderr,
+      });
     }
   }
 

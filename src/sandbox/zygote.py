@@ -13,7 +13,10 @@
 # already waiting in its namespaces, unprivileged, behind its seccomp filter and limits. That
 # takes the fork and the sandbox setup (about half of a trivial call) off the call's latency.
 #
-# Protocol on fd 0 (requests) / fd 1 (responses): 4-byte big-endian length + UTF-8 JSON.
+# Protocol on fd 0 (requests) / fd 1 (responses), little-endian binary (see REQUEST/RESPONSE):
+# a fixed header, then the raw code and stdin bytes (requests) or the kept stdout and stderr
+# bytes (responses). Node decodes the output; this process never holds call bytes in Python
+# objects, only in the wipe-on-fork buffers below, so no child can inherit an earlier call's data.
 # The interpreter runs with -S -I: no `site`, so none of site-packages' .pth imports land in the
 # warm interpreter (every module it holds makes each fork dearer); the import path comes in the
 # config instead. Only what a call needs is imported here: what user code runs with (the preload
@@ -32,8 +35,8 @@ import ctypes
 import fractions  # noqa: F401  (pre-imported for user code)
 import io
 import itertools  # noqa: F401
-import json
 import math  # noqa: F401
+import mmap
 import resource
 import select
 import signal
@@ -152,22 +155,83 @@ def check(rc, what):
         raise OSError(errno, f'{what}: {os.strerror(errno)}')
 
 
-def read_exact(n):
-    chunks = []
-    while n > 0:
-        chunk = os.read(CONTROL_IN, n)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b''.join(chunks)
+class CallBuffer:
+    """Anonymous memory for call bytes (code, stdin, output) that a forked child gets zeroed
+    (MADV_WIPEONFORK; MADV_DONTFORK, which leaves it unmapped, on kernels without it). Every
+    call's child is forked from this process, so call bytes go only here: read from and written
+    to descriptors straight from these pages (readv/write on memoryviews), never copied into
+    Python objects, whose freed memory a later child would inherit."""
+
+    DEFAULT = 1 << 20
+
+    def __init__(self, size=DEFAULT):
+        self.map = None
+        self.view = None
+        self.reserve(size)
+
+    def reserve(self, size):
+        if self.map is not None and len(self.map) >= size:
+            return
+        size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        if self.map is not None:
+            self.view.release()
+            self.map.close()
+        self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            self.map.madvise(mmap.MADV_WIPEONFORK)
+        except (AttributeError, OSError):
+            self.map.madvise(mmap.MADV_DONTFORK)
+        self.view = memoryview(self.map)
+
+    def shrink(self):
+        """Gives a large call's pages back."""
+        if len(self.map) > self.DEFAULT:
+            self.view.release()
+            self.map.close()
+            self.map = None
+            self.reserve(self.DEFAULT)
 
 
-def send(message):
-    data = json.dumps(message).encode()
-    view = memoryview(struct.pack('>I', len(data)) + data)
-    while view:
-        view = view[os.write(CONTROL_OUT, view):]
+REQUEST = struct.Struct('<IIIIdB')  # id, code bytes, stdin bytes, output bytes kept, timeout s, mode
+RESPONSE = struct.Struct('<IidBBBII')  # id, exit, cost s, timed out, output exceeded, error, stdout, stderr
+MODES = (b'notebook', b'script')
+REQ = CallBuffer()
+OUT = CallBuffer()
+ERR = CallBuffer()
+DRAIN = CallBuffer(65536)  # output past what is kept is read here and dropped
+HEAD = bytearray(REQUEST.size)
+
+
+def read_into(view, n):
+    """Fills view[:n] from the control pipe; False at EOF."""
+    pos = 0
+    while pos < n:
+        got = os.readv(CONTROL_IN, [view[pos:n]])
+        if not got:
+            return False
+        pos += got
+    return True
+
+
+def write_all(fd, buffers):
+    buffers = [memoryview(b) for b in buffers if len(b)]
+    while buffers:
+        done = os.writev(fd, buffers)
+        while buffers and done >= len(buffers[0]):
+            done -= len(buffers[0])
+            buffers.pop(0)
+        if buffers and done:
+            buffers[0] = buffers[0][done:]
+
+
+def respond(call_id, exit_code=0, cost=0.0, timed_out=False, exceeded=False, error=None, out=0, err=0):
+    if error is not None:
+        text = error.encode('utf-8', 'replace')
+        head = RESPONSE.pack(call_id, exit_code, cost, 0, 0, 1, 0, len(text))
+        write_all(CONTROL_OUT, [head, text])
+        return
+    head = RESPONSE.pack(call_id, exit_code, cost, timed_out, exceeded, 0, out, err)
+    write_all(CONTROL_OUT, [head, OUT.view[:out], ERR.view[:err]])
 
 
 def vm_size():
@@ -441,20 +505,15 @@ class Prepared:
                 os.close(fd)
         self.pidfd = os.pidfd_open(self.pid)
 
-    def start(self, req):
-        """Hands the call to the child; False when the child died while it waited."""
-        data = (req.get('input') or '').encode('utf-8', 'surrogatepass')
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.stdin_fd, view):]
+    def start(self, code, stdin, timeout, mode):
+        """Hands the call to the child (code and stdin are views of REQ); False when the child
+        died while it waited."""
+        write_all(self.stdin_fd, [stdin])
         os.lseek(self.stdin_fd, 0, os.SEEK_SET)
         os.close(self.stdin_fd)
         self.stdin_fd = -1
-        head = f"{float(req['timeout'])!r}\n{req.get('mode') or 'notebook'}\n".encode()
-        view = memoryview(head + req['code'].encode('utf-8', 'surrogatepass'))
         try:
-            while view:
-                view = view[os.write(self.req_w, view):]
+            write_all(self.req_w, [b'%r\n%s\n' % (timeout, mode), code])
         except BrokenPipeError:
             return False
         finally:
@@ -504,23 +563,30 @@ def take_prepared():
     return child if child is not None else Prepared()
 
 
-def execute(req):
-    cap = max(CONFIG['output_chars'], int(req.get('keep') or 0))
-    keep_bytes = cap * 4 + 4
+def execute(call_id, code_len, input_len, keep_bytes, timeout, mode):
+    """Runs one call whose code and stdin are in REQ; answers with the first keep_bytes of each
+    output stream (read straight into OUT/ERR)."""
     hard_limit = CONFIG['output_limit_bytes']
+    code = REQ.view[:code_len]
+    stdin = REQ.view[code_len : code_len + input_len]
+    mode = MODES[mode] if mode < len(MODES) else MODES[0]
+    OUT.reserve(keep_bytes)
+    ERR.reserve(keep_bytes)
     child = take_prepared()
     start = time.perf_counter()
-    if not child.start(req):
+    if not child.start(code, stdin, timeout, mode):
         # It died while waiting (e.g. killed from outside): a fresh one runs the call.
         child.discard()
         child = Prepared()
         start = time.perf_counter()
-        if not child.start(req):
+        if not child.start(code, stdin, timeout, mode):
             child.discard()
             raise OSError('sandbox child died before its call')
     pid, pidfd, out_r, err_r = child.pid, child.pidfd, child.out_r, child.err_r
-    deadline = start + req['timeout']
-    kept = {out_r: bytearray(), err_r: bytearray()}
+    deadline = start + timeout
+    kept = {out_r: 0, err_r: 0}
+    areas = {out_r: OUT.view, err_r: ERR.view}
+    drain = DRAIN.view
     total = 0
     open_fds = [out_r, err_r]
     timed_out = output_exceeded = False
@@ -550,14 +616,13 @@ def execute(req):
                     if not ISOLATE:
                         kill_call(pid)
                     continue
-                chunk = os.read(fd, 65536)
-                if not chunk:
+                have = kept[fd]
+                got = os.readv(fd, [areas[fd][have:keep_bytes], drain])
+                if not got:
                     open_fds.remove(fd)
                     continue
-                total += len(chunk)
-                room = keep_bytes - len(kept[fd])
-                if room > 0:
-                    kept[fd] += chunk[:room]
+                kept[fd] = min(keep_bytes, have + got)
+                total += got
                 if total > hard_limit and not output_exceeded:
                     output_exceeded = True
                     kill_call(pid)
@@ -565,20 +630,10 @@ def execute(req):
         if exited_at is None:
             exited_at = time.perf_counter()
         _, status = os.waitpid(pid, 0)
-        stdout, stderr = kept[out_r], kept[err_r]
     finally:
         child.close()
-    cost = (exited_at or time.perf_counter()) - start
-    exit_code = os.waitstatus_to_exitcode(status)
-    return {
-        'id': req['id'],
-        'exit': exit_code,
-        'cost': cost,
-        'timed_out': timed_out,
-        'output_exceeded': output_exceeded,
-        'stdout': stdout.decode('utf-8', 'replace')[:cap],
-        'stderr': stderr.decode('utf-8', 'replace')[:cap],
-    }
+    cost = exited_at - start
+    respond(call_id, os.waitstatus_to_exitcode(status), cost, timed_out, output_exceeded, None, kept[out_r], kept[err_r])
 
 
 def main():
@@ -589,21 +644,23 @@ def main():
     # then never walks (and copy-on-write duplicates) the warm interpreter's objects.
     gc.collect()
     gc.freeze()
-    send({'ready': True, 'isolate': ISOLATE, 'preload_errors': PRELOAD_ERRORS, 'as_limit': AS_LIMIT})
+    ready = '\n'.join(PRELOAD_ERRORS)
+    respond(0, 0, 0.0, error=ready) if ready else respond(0)
     prepare()
+    head = memoryview(HEAD)
     while True:
-        header = read_exact(4)
-        if header is None:
+        if not read_into(head, REQUEST.size):
             return
-        body = read_exact(struct.unpack('>I', header)[0])
-        if body is None:
+        call_id, code_len, input_len, keep_bytes, timeout, mode = REQUEST.unpack(HEAD)
+        REQ.reserve(code_len + input_len)
+        if not read_into(REQ.view, code_len + input_len):
             return
-        req = json.loads(body)
         try:
-            result = execute(req)
+            execute(call_id, code_len, input_len, keep_bytes, timeout, mode)
         except Exception as error:
-            result = {'id': req.get('id'), 'error': f'{type(error).__name__}: {error}'}
-        send(result)
+            respond(call_id, error=f'{type(error).__name__}: {error}')
+        for buffer in (REQ, OUT, ERR):
+            buffer.shrink()
         prepare()
 
 
