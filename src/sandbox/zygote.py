@@ -250,17 +250,32 @@ def set_cpu_limit(timeout):
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
 
 
-def set_limits():
-    limits = [
+def prepare_process():
+    """What every call's child would otherwise set up itself, done once here and inherited by
+    each fork: the calls' environment, no supplementary groups, no core dumps, the descriptor
+    and process-count limits (RLIMIT_NPROC does not bind root, so it only takes effect once a
+    child drops to its uid; hard limits, so the child cannot raise them), default signal
+    dispositions."""
+    os.environ.clear()
+    os.environ.update(CONFIG['env'])
+    for which, value in (
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_NPROC, CONFIG['nproc']),
-        (resource.RLIMIT_FSIZE, CONFIG['fsize_mb'] * 1024 * 1024),
         (resource.RLIMIT_NOFILE, 256),
-    ]
-    if AS_LIMIT > 0:
-        limits.append((resource.RLIMIT_AS, AS_LIMIT))
-    for which, value in limits:
+    ):
         resource.setrlimit(which, (value, value))
+    if os.getuid() == 0:
+        os.setgroups([])
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+MOUNT = libc.mount
+SCRATCH_OPTS = f"size={CONFIG['scratch_mb']}m,nr_inodes={CONFIG['scratch_inodes']},mode=1777".encode()
+HAS_SHM = os.path.isdir('/dev/shm')
+CALL_LIMITS = [(resource.RLIMIT_FSIZE, CONFIG['fsize_mb'] * 1024 * 1024)]
+if AS_LIMIT > 0:
+    CALL_LIMITS.append((resource.RLIMIT_AS, AS_LIMIT))
 
 
 def enter_sandbox(scratch):
@@ -268,18 +283,20 @@ def enter_sandbox(scratch):
     if ISOLATE:
         # A fresh IPC namespace too: SysV shared memory and message queues would outlive the call.
         check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), 'unshare(mount, ipc)')
-        check(libc.mount(b'none', b'/', None, MS_REC | MS_PRIVATE, None), 'make-private')
-        opts = f"size={CONFIG['scratch_mb']}m,nr_inodes={CONFIG['scratch_inodes']},mode=1777".encode()
-        check(libc.mount(b'tmpfs', b'/tmp', b'tmpfs', MS_NOSUID | MS_NODEV, opts), 'mount scratch')
-        check(libc.mount(b'proc', b'/proc', b'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC, None), 'mount proc')
-        if os.path.isdir('/dev/shm'):
-            check(libc.mount(b'tmpfs', b'/dev/shm', b'tmpfs', MS_NOSUID | MS_NODEV, b'size=16m,nr_inodes=64,mode=1777'), 'mount shm')
+        check(MOUNT(b'none', b'/', None, MS_REC | MS_PRIVATE, None), 'make-private')
+        check(MOUNT(b'tmpfs', b'/tmp', b'tmpfs', MS_NOSUID | MS_NODEV, SCRATCH_OPTS), 'mount scratch')
+        check(MOUNT(b'proc', b'/proc', b'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC, None), 'mount proc')
+        if HAS_SHM:
+            check(MOUNT(b'tmpfs', b'/dev/shm', b'tmpfs', MS_NOSUID | MS_NODEV, b'size=16m,nr_inodes=64,mode=1777'), 'mount shm')
+        os.chdir(CONFIG['scratch_dir'])
     else:
         os.setsid()
-    set_limits()
+        os.chdir(scratch)
+        os.environ['HOME'] = os.environ['TMPDIR'] = scratch
+    for which, value in CALL_LIMITS:
+        resource.setrlimit(which, (value, value))
     if os.getuid() == 0:
         uid = CONFIG['uid']
-        os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 'no_new_privs')
@@ -287,17 +304,32 @@ def enter_sandbox(scratch):
             check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(SECCOMP[1]), 0, 0), 'seccomp')
     # Set after the uid change, which clears it.
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    os.chdir(scratch if not ISOLATE else CONFIG['scratch_dir'])
-    os.environ.clear()
-    os.environ.update(CONFIG['env'])
-    if not ISOLATE:
-        os.environ['HOME'] = os.environ['TMPDIR'] = scratch
     # The executor ignores SIGPIPE (a prepared child may die before its request is written);
-    # user code gets the disposition it always had here.
+    # user code gets the default disposition, as the calls always had here.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def std_streams():
+    """The calls' text streams on fds 0-2, made once here: a child only installs them (making
+    three TextIOWrappers in every call is a measurable part of a trivial call). Made while fds 1
+    and 2 are pipes, as in the call, so what they cache (not seekable, not a tty) is right."""
+    r, w = os.pipe()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(w, 1)
+    os.dup2(w, 2)
+    streams = (
+        open(0, 'r', encoding='utf-8', errors='replace', closefd=False),
+        open(1, 'w', encoding='utf-8', errors='backslashreplace', closefd=False),
+        open(2, 'w', encoding='utf-8', errors='backslashreplace', buffering=1, closefd=False),
+    )
+    os.dup2(saved[0], 1)
+    os.dup2(saved[1], 2)
+    for fd in (r, w, *saved):
+        os.close(fd)
+    return streams
+
+
+STREAMS = std_streams()
 
 
 class CodeError(Exception):
@@ -407,11 +439,7 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
         if req is None:
             os._exit(0)
         set_cpu_limit(req['timeout'])
-        sys.stdin = sys.__stdin__ = open(0, 'r', encoding='utf-8', errors='replace', closefd=False)
-        sys.stdout = sys.__stdout__ = open(1, 'w', encoding='utf-8', errors='backslashreplace', closefd=False)
-        sys.stderr = sys.__stderr__ = open(
-            2, 'w', encoding='utf-8', errors='backslashreplace', buffering=1, closefd=False
-        )
+        sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = STREAMS
         sys.argv = ['<string>']
         scope = {'__name__': '__main__', '__file__': '<string>', '__builtins__': builtins}
         try:
@@ -443,7 +471,7 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
             pass
         status = 1
     finally:
-        for stream in (sys.stdout, sys.stderr):
+        for stream in (sys.stdout, sys.stderr, STREAMS[1], STREAMS[2]):
             try:
                 stream.flush()
             except BaseException:
@@ -640,6 +668,7 @@ def main():
     # EPIPE instead of death: writing a request to a prepared child that died must not kill the
     # executor (and a closed control pipe still ends it, through the exception).
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    prepare_process()
     # Everything imported so far moves to the permanent generation: a child's garbage collection
     # then never walks (and copy-on-write duplicates) the warm interpreter's objects.
     gc.collect()
