@@ -111,32 +111,39 @@ class SockFprog(ctypes.Structure):
     _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.POINTER(SockFilter))]
 
 
-def seccomp_program():
+def seccomp_program(blocked, whole):
     """A classic-BPF seccomp filter (x86_64) refusing kernel interfaces model code never needs
     and that would outlive the call or widen the attack surface: keyrings (per-uid, not
     namespaced: state would leak between calls), bpf, userfaultfd, perf events, io_uring,
     ptrace, new namespaces. clone3 answers ENOSYS so libc falls back to clone, whose flags are
-    checked for CLONE_NEWUSER. Other architectures run without the filter."""
+    checked for CLONE_NEWUSER. Other architectures run without the filter.
+
+    It comes in two parts so that a call does not compile the whole filter: this executor
+    installs the `whole` part once (everything but unshare/setns, which it uses itself; the
+    children inherit it) and each child adds the short one (unshare, setns) after its own
+    unshare. Filters stack: a syscall must pass both."""
     LD_W_ABS, JEQ, JSET, JGE, RET = 0x20, 0x15, 0x45, 0x35, 0x06
     ALLOW, ERRNO = 0x7FFF0000, 0x00050000
     EPERM, ENOSYS = 1, 38
-    blocked = [248, 249, 250, 321, 323, 298, 425, 426, 427, 101, 272, 308]
     prog = [
         (LD_W_ABS, 0, 0, 4),  # arch
         (JEQ, 1, 0, 0xC000003E),  # AUDIT_ARCH_X86_64
         (RET, 0, 0, ALLOW),
         (LD_W_ABS, 0, 0, 0),  # syscall number
-        (JGE, 0, 1, 0x40000000),  # x32 ABI
-        (RET, 0, 0, ERRNO | EPERM),
-        (JEQ, 0, 1, 435),  # clone3
-        (RET, 0, 0, ERRNO | ENOSYS),
-        (JEQ, 0, 3, 56),  # clone: look at its flags
-        (LD_W_ABS, 0, 0, 16),
-        (JSET, 0, 1, 0x10000000),  # CLONE_NEWUSER
-        (RET, 0, 0, ERRNO | EPERM),
     ]
-    # After the clone branch the accumulator may hold flags: reload the number for the list.
-    prog.append((LD_W_ABS, 0, 0, 0))
+    if whole:
+        prog += [
+            (JGE, 0, 1, 0x40000000),  # x32 ABI
+            (RET, 0, 0, ERRNO | EPERM),
+            (JEQ, 0, 1, 435),  # clone3
+            (RET, 0, 0, ERRNO | ENOSYS),
+            (JEQ, 0, 3, 56),  # clone: look at its flags
+            (LD_W_ABS, 0, 0, 16),
+            (JSET, 0, 1, 0x10000000),  # CLONE_NEWUSER
+            (RET, 0, 0, ERRNO | EPERM),
+            # After the clone branch the accumulator may hold flags: reload the number for the list.
+            (LD_W_ABS, 0, 0, 0),
+        ]
     for nr in blocked:
         prog.append((JEQ, 0, 1, nr))
         prog.append((RET, 0, 0, ERRNO | EPERM))
@@ -145,7 +152,12 @@ def seccomp_program():
     return array, SockFprog(len(prog), array)
 
 
-SECCOMP = seccomp_program() if os.uname().machine == 'x86_64' else None
+# keyrings (add_key, request_key, keyctl), bpf, userfaultfd, perf_event_open, io_uring, ptrace
+EXECUTOR_BLOCKED = [248, 249, 250, 321, 323, 298, 425, 426, 427, 101]
+CALL_BLOCKED = [272, 308]  # unshare, setns
+X86_64 = os.uname().machine == 'x86_64'
+SECCOMP_EXECUTOR = seccomp_program(EXECUTOR_BLOCKED, True) if X86_64 else None
+SECCOMP_CALL = seccomp_program(CALL_BLOCKED, False) if X86_64 else None
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
 
@@ -266,6 +278,9 @@ def prepare_process():
         resource.setrlimit(which, (value, value))
     if os.getuid() == 0:
         os.setgroups([])
+        if SECCOMP_EXECUTOR is not None:
+            # Root with CAP_SYS_ADMIN needs no no_new_privs for this; the children set it.
+            check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(SECCOMP_EXECUTOR[1]), 0, 0), 'seccomp')
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_DFL)
 
@@ -300,8 +315,8 @@ def enter_sandbox(scratch):
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 'no_new_privs')
-        if SECCOMP is not None:
-            check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(SECCOMP[1]), 0, 0), 'seccomp')
+        if SECCOMP_CALL is not None:
+            check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(SECCOMP_CALL[1]), 0, 0), 'seccomp')
     # Set after the uid change, which clears it.
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     # The executor ignores SIGPIPE (a prepared child may die before its request is written);
