@@ -92,11 +92,22 @@ export function createSandboxServer(options: ServerOptions): Server {
     const pending: Promise<SubmissionResult>[] = [];
     let next = 0;
     let writing = Promise.resolve();
+    // Results that complete in the same tick go out in one write (one syscall, one chunk).
+    let corked = false;
+    const uncork = () => {
+      corked = false;
+      res.uncork();
+    };
     const flush = async () => {
       while (next < pending.length) {
         const result = await pending[next];
         pending[next] = undefined as unknown as Promise<SubmissionResult>;
         next += 1;
+        if (!corked) {
+          corked = true;
+          res.cork();
+          process.nextTick(uncork);
+        }
         if (!res.write(`${JSON.stringify(result)}\n`)) await new Promise((r) => res.once('drain', r));
       }
     };
