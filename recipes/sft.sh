@@ -76,7 +76,8 @@ done_training=0
 elapsed=0
 while [[ $done_training == 0 ]]; do
   shuffled="$OUT/epoch.jsonl"
-  shuffle_lines "$DATA/sft.jsonl" "$((SEED + epoch))" >"$shuffled"
+  # batches of similar length (less padding), in a seeded order (src/sft/epoch.ts)
+  node dist/src/sft/epoch.js "$DATA/sft.jsonl" "$((SEED + epoch))" "$BATCH" >"$shuffled"
   epoch=$((epoch + 1))
   batch=()
   while IFS= read -r line; do

@@ -120,33 +120,40 @@ def micro_batches(seqs, budget):
 
 
 def pack(mb, device, pad_id=0):
-    """Right-padded inputs plus per-response-token targets, masks and gather positions."""
+    """Right-padded inputs plus targets, masks and gather positions of the loss tokens only.
+
+    Only tokens with loss_mask 1 get a logit: every loss term and metric is masked anyway, and the
+    vocabulary projection (and its softmax) is the biggest cost of a small model, so tool responses
+    and padding never reach it. Column j of the outputs is the j-th loss token of a sequence."""
     T = max(len(s["prompt"]) + len(s["response"]) for s in mb)
-    R = max(len(s["response"]) for s in mb)
+    keeps = []
+    for s in mb:
+        first = 0 if s["prompt"] else 1  # nothing predicts the first token of a prompt-less sequence
+        keeps.append([j for j in range(first, len(s["response"])) if s["mask"][j]])
+    R = max(1, max(len(k) for k in keeps))
     B = len(mb)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
-    pos = torch.zeros((B, R), dtype=torch.long)  # position of the logit that predicts response token j
+    pos = torch.zeros((B, R), dtype=torch.long)  # position of the logit that predicts loss token j
     tgt = torch.zeros((B, R), dtype=torch.long)
     mask = torch.zeros((B, R))
-    valid = torch.zeros((B, R))
     rollout = torch.zeros((B, R))
     has_rollout = torch.zeros((B, R))
     adv = torch.zeros((B, 1))
-    for i, s in enumerate(mb):
-        p, r = len(s["prompt"]), len(s["response"])
+    for i, (s, keep) in enumerate(zip(mb, keeps)):
+        p, r, k = len(s["prompt"]), len(s["response"]), len(keep)
         ids[i, :p + r] = torch.tensor(s["prompt"] + s["response"])
-        pos[i, :r] = torch.arange(p - 1, p + r - 1).clamp(min=0)
-        tgt[i, :r] = torch.tensor(s["response"])
-        mask[i, :r] = torch.tensor(s["mask"], dtype=torch.float32)
-        valid[i, :r] = 1.0
-        if p == 0:
-            mask[i, 0] = 0.0  # nothing predicts the first token of a prompt-less sequence
+        if not k:
+            continue
+        at = torch.tensor(keep)
+        pos[i, :k] = at + (p - 1)
+        tgt[i, :k] = torch.tensor(s["response"])[at]
+        mask[i, :k] = 1.0
         if s["logprobs"] is not None:
-            rollout[i, :r] = torch.tensor(s["logprobs"], dtype=torch.float32)
-            has_rollout[i, :r] = 1.0
+            rollout[i, :k] = torch.tensor(s["logprobs"], dtype=torch.float32)[at]
+            has_rollout[i, :k] = 1.0
         adv[i, 0] = s["advantage"]
     d = lambda t: t.to(device)
-    return d(ids), d(pos), d(tgt), d(mask), d(valid), d(rollout), d(has_rollout), d(adv)
+    return d(ids), d(pos), d(tgt), d(mask), d(rollout), d(has_rollout), d(adv)
 
 
 def response_logits(model, ids, pos):
@@ -205,7 +212,7 @@ class Trainer:
         self.opt.zero_grad(set_to_none=False)
         mbs = micro_batches(mine, a.micro_batch_tokens)
         for mb in mbs:
-            ids, pos, tgt, mask, valid, rollout, has_rollout, adv = pack(mb, self.device, self.cfg.pad_token_id)
+            ids, pos, tgt, mask, rollout, has_rollout, adv = pack(mb, self.device, self.cfg.pad_token_id)
             logits = response_logits(self.model, ids, pos)
             logp = token_logprobs(logits, tgt)
             with torch.no_grad():
