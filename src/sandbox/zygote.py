@@ -29,6 +29,7 @@ os.environ.setdefault('OMP_NUM_THREADS', '1')
 os.environ.setdefault('MKL_NUM_THREADS', '1')
 
 import ast
+import atexit
 import builtins
 import gc
 import ctypes
@@ -345,6 +346,11 @@ def std_streams():
 
 
 STREAMS = std_streams()
+# Installed here, not in every child: this process never writes to them (its control messages go
+# to CONTROL_OUT; fd 2 is Node's log pipe, line-buffered), and replacing the interpreter's own
+# streams in a child would free them there, which costs a trivial call ~60 copied pages.
+sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = STREAMS
+sys.argv = ['<string>']
 
 
 class CodeError(Exception):
@@ -454,8 +460,6 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
         if req is None:
             os._exit(0)
         set_cpu_limit(req['timeout'])
-        sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = STREAMS
-        sys.argv = ['<string>']
         scope = {'__name__': '__main__', '__file__': '<string>', '__builtins__': builtins}
         try:
             if req.get('mode') == 'script':
@@ -474,8 +478,6 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
         except KeyboardInterrupt:
             status = 130
         try:
-            import atexit
-
             atexit._run_exitfuncs()
         except BaseException:
             pass
