@@ -266,18 +266,16 @@ def set_cpu_limit(timeout):
 def prepare_process():
     """What every call's child would otherwise set up itself, done once here and inherited by
     each fork: the calls' environment, no supplementary groups, no core dumps, the descriptor
-    and process-count limits (RLIMIT_NPROC does not bind root, so it only takes effect once a
-    child drops to its uid; hard limits, so the child cannot raise them), default signal
-    dispositions."""
+    and process-count limits (hard, so a child cannot raise them; RLIMIT_NPROC only as root,
+    where it does not bind this process and takes effect once a child drops to its uid),
+    default signal dispositions."""
     os.environ.clear()
     os.environ.update(CONFIG['env'])
-    for which, value in (
-        (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_NPROC, CONFIG['nproc']),
-        (resource.RLIMIT_NOFILE, 256),
-    ):
+    for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, 256)):
         resource.setrlimit(which, (value, value))
     if os.getuid() == 0:
+        # Only as root: for another uid it would count (and so could stop) this process's forks.
+        resource.setrlimit(resource.RLIMIT_NPROC, (CONFIG['nproc'], CONFIG['nproc']))
         os.setgroups([])
         if SECCOMP_EXECUTOR is not None:
             # Root with CAP_SYS_ADMIN needs no no_new_privs for this; the children set it.
@@ -290,6 +288,8 @@ MOUNT = libc.mount
 SCRATCH_OPTS = f"size={CONFIG['scratch_mb']}m,nr_inodes={CONFIG['scratch_inodes']},mode=1777".encode()
 HAS_SHM = os.path.isdir('/dev/shm')
 CALL_LIMITS = [(resource.RLIMIT_FSIZE, CONFIG['fsize_mb'] * 1024 * 1024)]
+if os.getuid() != 0:
+    CALL_LIMITS.append((resource.RLIMIT_NPROC, CONFIG['nproc']))
 if AS_LIMIT > 0:
     CALL_LIMITS.append((resource.RLIMIT_AS, AS_LIMIT))
 
