@@ -188,8 +188,8 @@ describe('KV-cache-aware scheduler', () => {
 
   it('starts one sample of every problem first, then the problems whose turns run longest', () => {
     let now = 0;
-    // One engine that holds three turns of 100 + 200 at a time.
-    const s = new Scheduler([900], { clock: () => now });
+    // One engine that holds three turns of 100 + 200 at a time; one probing round.
+    const s = new Scheduler([900], { clock: () => now, probes: 1 });
     for (const g of [0, 1, 2]) for (const k of [0, 1, 2]) s.submit(turn(`p${g}/${k}`, 100, 200, g));
     const first = s.poll();
     assert.deepEqual(
@@ -211,6 +211,26 @@ describe('KV-cache-aware scheduler', () => {
       'problem 1 (oldest running turn, 30 s) goes before problem 0 (10 s) and 2 (1 s)',
     );
     assert.equal(s.queued, 4);
+  });
+
+  it('probes every problem round by round (default 3) before starting whole problems', () => {
+    let now = 0;
+    const s = new Scheduler([100_000], { clock: () => now });
+    for (const g of [0, 1]) for (let k = 0; k < 5; k++) s.submit(turn(`p${g}/${k}`, 100, 200, g));
+    const first = s.poll();
+    assert.deepEqual(
+      first.map((a) => a.request.key),
+      ['p0/0', 'p1/0', 'p0/1', 'p1/1', 'p0/2', 'p1/2', 'p0/3', 'p0/4', 'p1/3', 'p1/4'],
+      'three samples of each problem, then whole problems (tied estimates: submission order)',
+    );
+    // A prior ranks problems without probing: problem 1 first, all its samples at once.
+    now = 0;
+    const p = new Scheduler([100_000], { clock: () => now, prior: (g) => [1, 5][g] });
+    for (const g of [0, 1]) for (let k = 0; k < 3; k++) p.submit(turn(`p${g}/${k}`, 100, 200, g));
+    assert.deepEqual(
+      p.poll().map((a) => a.request.key),
+      ['p1/0', 'p1/1', 'p1/2', 'p0/0', 'p0/1', 'p0/2'],
+    );
   });
 
   it('keeps submission order with order: fifo and for the baselines', () => {

@@ -68,6 +68,18 @@ export interface SchedulerOptions {
    * exp(mean ln duration + z · σ / √n), σ the pooled within-problem spread (default 2).
    */
   estimateZ?: number;
+  /**
+   * Rounds of probing (`longest-first`, default 3): before any problem is started whole, every
+   * problem gets one more sample per round, in estimate order, so the estimate that decides the
+   * order rests on up to this many samples (the first wave of 64 engines is mostly probes).
+   */
+  probes?: number;
+  /**
+   * A caller's own ranking of problems (larger = longer trajectories, any unit), e.g. the
+   * lengths seen in an earlier epoch. Problems it ranks are not probed and are started in its
+   * order; give it for every problem or for none, as its unit is not that of the online estimate.
+   */
+  prior?: (group: number) => number | undefined;
 }
 
 interface Engine {
@@ -125,6 +137,8 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
   #freshCount = 0;
   #groups = new Map<number, Group>();
   #z: number;
+  #probes: number;
+  #prior: ((group: number) => number | undefined) | undefined;
 
   /** `capacities`: each engine's KV tokens (Infinity when unknown until the first scrape). */
   constructor(capacities: readonly number[], options: SchedulerOptions = {}) {
@@ -135,6 +149,8 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
     this.#prefixWait = options.prefixWaitMs ?? 15_000;
     this.order = this.policy === 'kv' ? (options.order ?? 'longest-first') : 'fifo';
     this.#z = options.estimateZ ?? 2;
+    this.#probes = options.probes ?? 3;
+    this.#prior = options.prior;
     this.#engines = capacities.map((total) => ({
       alive: true,
       total,
@@ -271,8 +287,14 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
     const spread = this.#spread();
     const keyed = [...this.#fresh.entries()].map(([g, list]) => {
       const x = this.#groups.get(g);
+      const prior = this.#prior?.(g);
       // A problem nobody has tried yet goes first: one sample tells how long its turns run.
-      const est = !x || x.started === 0 ? Number.POSITIVE_INFINITY : this.#estimate(x, now, spread);
+      const est =
+        prior !== undefined
+          ? prior
+          : !x || x.started === 0
+            ? Number.POSITIVE_INFINITY
+            : this.#estimate(x, now, spread);
       return { g, est, rank: list[0].rank };
     });
     keyed.sort((a, b) => (b.est === a.est ? a.rank - b.rank : b.est - a.est));
@@ -311,15 +333,25 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
     }
     // Trajectories already under way went first (above); now start new ones: one sample of
     // each problem not tried yet, then whole problems in estimate order, until one fits nowhere.
-    for (const probe of [true, false]) {
-      for (const g of this.#freshGroups()) {
-        const list = this.#fresh.get(g) as Pending<R>[];
-        if (probe && (this.#groups.get(g)?.started ?? 0) > 0) break;
+    // Estimates change only with what was dispatched, so the order is recomputed after a round
+    // that started something (a problem just probed is no longer untried).
+    let order = this.#freshCount > 0 ? this.#freshGroups() : [];
+    let started = 0;
+    for (let round = 1; round <= this.#probes + 1; round++) {
+      const probe = round <= this.#probes;
+      if (started > 0 && this.#freshCount > 0) order = this.#freshGroups();
+      started = 0;
+      for (const g of order) {
+        const list = this.#fresh.get(g);
+        if (!list) continue;
+        if (probe && ((this.#groups.get(g)?.started ?? 0) >= round || this.#prior?.(g) !== undefined))
+          continue;
         do {
           const e = this.#choose(list[0]);
           if (e === undefined || e === 'wait') return out;
           out.push(this.#dispatch(list.shift() as Pending<R>, e));
           this.#freshCount--;
+          started++;
         } while (!probe && list.length > 0);
         if (list.length === 0) this.#fresh.delete(g);
       }
