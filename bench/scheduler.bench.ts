@@ -2,7 +2,8 @@
  * Discrete-time simulation of agentic rollout on E engines, driving the real Scheduler
  * (src/rollout/scheduler.ts) with a simulated clock. Prints makespan, engine idle fraction and KV
  * overflow (preemption) events per policy at 4, 16 and 64 engines and writes
- * docs/scheduler-makespan.svg. Usage: npm run bench:scheduler [-- --quick] [-- --json FILE]
+ * docs/scheduler-makespan.svg. Usage: npm run bench:scheduler [-- --quick] [-- --seeds N] [-- --workload long-tailed|short-tailed|paper]
+ * [-- --json FILE]
  *
  * Model (all parameters below, documented in docs/rollout.md):
  * - Engine: KV capacity C tokens; decoding shares an aggregate throughput R tokens/s among its
@@ -16,6 +17,8 @@
  *   prompt of ~LogNormal(ln 400, 0.3) tokens; 0-5 tool calls (uniform); each assistant turn
  *   ~LogNormal(ln(L·d), sigma_L) tokens, the trajectory cut at the 8192-token budget; tool
  *   responses ~LogNormal(ln 120, 0.6) tokens; tool latency ~LogNormal(ln 1 s, 1.0), at most 30 s.
+ *   `paper` sets what rStar2-Agent's paper and release state (32 samples, at most 4 calls, 0.3 s
+ *   mean tool latency cut at 4 s, truncated tool responses); see `PAPER` and docs/rollout.md.
  */
 import { writeFileSync } from 'node:fs';
 import { mulberry32 } from '../src/random.js';
@@ -36,6 +39,14 @@ interface WorkloadModel {
   turnMedian: number;
   sigmaTurn: number;
   budget: number;
+  /** Tool calls per trajectory at most. */
+  maxCalls: number;
+  /** Tool latency ~ LogNormal(ln toolMedian, toolSigma) seconds, at most toolCap. */
+  toolMedian: number;
+  toolSigma: number;
+  toolCap: number;
+  /** Tool response tokens at most (the response is truncated), before the wrapper tokens. */
+  toolTokensCap: number;
 }
 
 const ENGINE: EngineModel = { capacity: 180_000, aggregate: 2_400, perSeq: 120, prefill: 10_000 };
@@ -47,12 +58,37 @@ const LONG_TAIL: WorkloadModel = {
   turnMedian: 500,
   sigmaTurn: 0.9,
   budget: 8192,
+  maxCalls: 5,
+  toolMedian: 1,
+  toolSigma: 1,
+  toolCap: 30,
+  toolTokensCap: Number.POSITIVE_INFINITY,
 };
 const SHORT_TAIL: WorkloadModel = {
   ...LONG_TAIL,
   name: 'short-tailed',
   sigmaDifficulty: 0.1,
   sigmaTurn: 0.3,
+};
+/**
+ * The long-tailed workload with every parameter the rStar2-Agent paper or its release states
+ * (docs/rollout.md, "Paper workload"): 32 samples per problem (release `rollout.n=32`, the
+ * paper's 2G oversampling), at most 4 tool calls (`max_assistant_turns: 5`), tool latency with a
+ * 0.3 s mean (the paper's measured average per call; median 0.3/e^{σ²/2}) cut at 4 s (code-judge
+ * `MAX_EXECUTION_TIME=4` in the release), tool responses cut to 256 characters (the release's
+ * truncation: about 90 tokens, plus the wrapper). Trajectories per engine stay 256 (8 problems ×
+ * 32), response lengths as the long-tailed workload (the paper gives no distribution).
+ */
+const PAPER: WorkloadModel = {
+  ...LONG_TAIL,
+  name: 'paper',
+  problemsPerEngine: 8,
+  n: 32,
+  maxCalls: 4,
+  toolMedian: 0.3 / Math.exp(0.5),
+  toolSigma: 1,
+  toolCap: 4,
+  toolTokensCap: 110,
 };
 const ADMIT_RESERVE = 256;
 const DT = 0.05;
@@ -88,7 +124,7 @@ function makeWorkload(w: WorkloadModel, engines: number, seed: number): Traj[] {
     for (let s = 0; s < w.n; s++) {
       const prompt = Math.round(logNormal(rand, 400, 0.3));
       // Harder problems draw more tool calls: 0-5, shifted up by difficulty.
-      const calls = Math.min(5, Math.floor(rand() * 4 + Math.max(0, Math.log2(d) + 1)));
+      const calls = Math.min(w.maxCalls, Math.floor(rand() * 4 + Math.max(0, Math.log2(d) + 1)));
       const turns: Turn[] = [];
       let used = 0;
       for (let k = 0; k <= calls && used < w.budget; k++) {
@@ -97,12 +133,12 @@ function makeWorkload(w: WorkloadModel, engines: number, seed: number): Traj[] {
           Math.min(Math.round(logNormal(rand, w.turnMedian * d, w.sigmaTurn)), w.budget - used),
         );
         used += gen;
-        const toolTokens = Math.round(logNormal(rand, 120, 0.6));
+        const toolTokens = Math.min(Math.round(logNormal(rand, 120, 0.6)), w.toolTokensCap);
         const last = k === calls || used + toolTokens >= w.budget;
         turns.push({
           gen,
           toolTokens: last ? 0 : toolTokens,
-          toolLatency: Math.min(logNormal(rand, 1, 1), 30),
+          toolLatency: Math.min(logNormal(rand, w.toolMedian, w.toolSigma), w.toolCap),
         });
         if (last) break;
         used += toolTokens;
@@ -153,18 +189,36 @@ export interface SimResult {
   tokens: number;
 }
 
+/** Scheduler settings a benchmark row varies. */
+export interface Variant {
+  order?: Order;
+  probes?: number;
+  /**
+   * Rank problems by the true mean length of their trajectories' chains (the `prior` option):
+   * the best any per-problem prediction can do, as a ceiling for `kv`'s own estimate.
+   */
+  oracle?: boolean;
+}
+
 export function simulate(
   policy: Policy,
   engines: number,
   w: WorkloadModel,
   seed = 1,
-  order: Order = 'longest-first',
+  v: Variant = {},
 ): SimResult {
   const trajs = makeWorkload(w, engines, seed);
   let now = 0;
+  let prior: ((g: number) => number) | undefined;
+  if (v.oracle) {
+    const sum = new Map<number, number>();
+    for (const t of trajs)
+      sum.set(t.group, (sum.get(t.group) ?? 0) + chain(t).reduce((a, x) => a + x.duration, 0));
+    prior = (g) => sum.get(g) ?? 0;
+  }
   const sched = new Scheduler<Req>(
     Array.from({ length: engines }, () => ENGINE.capacity),
-    { policy, clock: () => now * 1000, order },
+    { policy, clock: () => now * 1000, order: v.order, probes: v.probes, prior },
   );
   const sim: SimEngine[] = Array.from({ length: engines }, () => ({
     waiting: [],
@@ -442,6 +496,8 @@ interface Row {
   recompute: number;
   overflows: number;
   perSeed: number[];
+  /** Makespan ÷ lower bound of each seed. */
+  perSeedRatio: number[];
 }
 
 function row(label: string, runs: SimResult[]): Row {
@@ -461,6 +517,7 @@ function row(label: string, runs: SimResult[]): Row {
     recompute: mean((r) => r.recompute),
     overflows: mean((r) => r.overflows),
     perSeed: runs.map((r) => Math.round(r.makespan)),
+    perSeedRatio: runs.map((r) => Math.round((1000 * r.makespan) / r.lowerBound) / 1000),
   };
 }
 
@@ -471,27 +528,34 @@ function main(): void {
   const seedsAt = args.indexOf('--seeds');
   const seeds = seedsAt >= 0 ? Number(args[seedsAt + 1]) : quick ? 1 : 5;
   const sizes = quick ? [4, 16] : [4, 16, 64];
-  // `kv (fifo)`: the same scheduler starting trajectories in submission order (the ablation).
-  const variants: { label: string; policy: Policy; order: Order }[] = [
-    { label: 'kv', policy: 'kv', order: 'longest-first' },
-    { label: 'kv (fifo)', policy: 'kv', order: 'fifo' },
-    { label: 'least-requests', policy: 'least-requests', order: 'fifo' },
-    { label: 'round-robin', policy: 'round-robin', order: 'fifo' },
-    { label: 'static', policy: 'static', order: 'fifo' },
+  // `kv (fifo)`: starting trajectories in submission order; `kv (1 probe)`: one probing round
+  // (the scheduler before `probes`); `kv (oracle)`: problems ranked by their true mean chain.
+  const variants: { label: string; policy: Policy; v: Variant; only?: string[] }[] = [
+    { label: 'kv', policy: 'kv', v: {} },
+    { label: 'kv (1 probe)', policy: 'kv', v: { probes: 1 } },
+    { label: 'kv (fifo)', policy: 'kv', v: { order: 'fifo' } },
+    { label: 'kv (oracle)', policy: 'kv', v: { oracle: true }, only: ['long-tailed', 'paper'] },
+    { label: 'least-requests', policy: 'least-requests', v: {} },
+    { label: 'round-robin', policy: 'round-robin', v: {} },
+    { label: 'static', policy: 'static', v: {} },
   ];
   const rows: Row[] = [];
-  for (const w of [LONG_TAIL, SHORT_TAIL]) {
+  const named = args.flatMap((a, i) => (a === '--workload' ? [args[i + 1]] : []));
+  for (const w of [LONG_TAIL, SHORT_TAIL, PAPER].filter(
+    (x) => named.length === 0 || named.includes(x.name),
+  )) {
     for (const size of sizes) {
       for (const v of variants) {
+        if (v.only && !v.only.includes(w.name)) continue;
         const t0 = performance.now();
-        const runs = Array.from({ length: seeds }, (_, k) => simulate(v.policy, size, w, k + 1, v.order));
+        const runs = Array.from({ length: seeds }, (_, k) => simulate(v.policy, size, w, k + 1, v.v));
         const r = row(v.label, runs);
         rows.push(r);
         console.log(
           `${w.name.padEnd(12)} ${String(size).padStart(3)} engines  ${v.label.padEnd(14)} makespan ${r.makespan.toFixed(0).padStart(5)} s` +
             `  ${r.ratio.toFixed(3)}× LB ${r.lowerBound.toFixed(0)} s (${r.workRatio.toFixed(3)}× work bound)` +
             `  idle ${(100 * r.idle).toFixed(1)}%  recompute ${(100 * r.recompute).toFixed(1)}%` +
-            `  overflows ${r.overflows.toFixed(0)}  seeds [${r.perSeed.join(' ')}]  [${((performance.now() - t0) / 1000).toFixed(1)} s]`,
+            `  overflows ${r.overflows.toFixed(0)}  seeds [${r.perSeed.join(' ')}] (× LB ${r.perSeedRatio.join(' ')})  [${((performance.now() - t0) / 1000).toFixed(1)} s]`,
         );
       }
       const at = (label: string) =>
