@@ -68,6 +68,25 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     assert.equal(sym.stdout, '(x - 1)*(x + 1)\n');
   });
 
+  test('MiBs of code and stdin, non-ASCII text and exit()/quit() pass as in plain Python', async () => {
+    // Larger than the executor's default call buffers (1 MiB), so they grow and shrink back.
+    const blob = 'x'.repeat(3 << 20);
+    const big = await run(
+      server.url,
+      `s = "${blob}"\nimport sys\nd = sys.stdin.read()\nprint(len(s), len(d), d[:5])`,
+      { input: `héllo${'y'.repeat(5 << 20)}` },
+    );
+    assert.equal(big.stdout, `${3 << 20} ${(5 << 20) + 5} héllo\n`, JSON.stringify(big).slice(0, 300));
+    const text = await run(server.url, 'print("ünïcödé ✓ 😀", input())', { input: 'ñ\n' });
+    assert.equal(text.stdout, 'ünïcödé ✓ 😀 ñ\n');
+    const quit = await run(server.url, 'print(1)\nquit()');
+    assert.equal(quit.stdout, '1\n');
+    assert.equal(quit.run_success, true);
+    const exited = await run(server.url, 'exit(3)');
+    assert.equal(exited.run_success, false);
+    assert.equal((await run(server.url, 'print(2)')).stdout, '2\n');
+  });
+
   test('errors: the release template format by default, a traceback in script mode', async () => {
     const r = await run(server.url, 'a = 1\nb = a / 0\nprint(b)');
     assert.equal(r.run_success, false);
