@@ -497,6 +497,13 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
 
 
 def spawn_child(scratch, stdin_fd, out_w, err_w, req_r):
+    # The calls' streams are this process's sys.stdout/stderr too: whatever a library may have
+    # written to them here goes out now (to /dev/null, to Node's log), never into a call's output.
+    for stream in (STREAMS[1], STREAMS[2]):
+        try:
+            stream.flush()
+        except OSError:
+            pass
     if ISOLATE:
         # New PID namespace for the next child only; setns back so the next call can unshare again.
         check(libc.unshare(CLONE_NEWPID), 'unshare(pid)')
