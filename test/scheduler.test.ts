@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { AsyncScheduler, Scheduler, type TurnRequest } from '../src/rollout/scheduler.js';
+import { lengthsByProblem, priorFor } from '../src/rollout/scheduler-prior.js';
 
 const turn = (key: string, contextLen: number, maxNewTokens: number, group = 0): TurnRequest => ({
   key,
@@ -231,6 +232,27 @@ describe('KV-cache-aware scheduler', () => {
       p.poll().map((a) => a.request.key),
       ['p1/0', 'p1/1', 'p1/2', 'p0/0', 'p0/1', 'p0/2'],
     );
+  });
+
+  it('builds a length prior from earlier trajectories; unseen problems rank as the longest', () => {
+    const lengths = lengthsByProblem([
+      { problem_id: 'a', response_ids: [1, 2] },
+      { problem_id: 'a', response_ids: [1, 2, 3, 4] },
+      { problem_id: 'b', response_ids: [1, 2, 3, 4, 5, 6, 7, 8] },
+    ]);
+    assert.deepEqual(
+      [...lengths],
+      [
+        ['a', 3],
+        ['b', 8],
+      ],
+    );
+    const prior = priorFor(['b', 'new', 'a'], lengths);
+    assert.deepEqual(
+      [0, 1, 2].map((g) => prior?.(g)),
+      [8, 8, 3],
+    );
+    assert.equal(priorFor(['x'], lengths), undefined);
   });
 
   it('keeps submission order with order: fifo and for the baselines', () => {
