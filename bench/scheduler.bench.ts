@@ -114,6 +114,34 @@ interface Traj {
   group: number;
   prompt: number;
   turns: Turn[];
+  /** The problem's difficulty factor (for the earlier-epoch prior). */
+  difficulty: number;
+}
+
+/** One sample of a problem of difficulty d: its prompt and turns (draws from `rand`). */
+function sample(w: WorkloadModel, d: number, rand: () => number, key: string, group: number): Traj {
+  const prompt = Math.round(logNormal(rand, 400, 0.3));
+  // Harder problems draw more tool calls: 0-5, shifted up by difficulty.
+  const calls = Math.min(w.maxCalls, Math.floor(rand() * 4 + Math.max(0, Math.log2(d) + 1)));
+  const turns: Turn[] = [];
+  let used = 0;
+  for (let k = 0; k <= calls && used < w.budget; k++) {
+    const gen = Math.max(
+      1,
+      Math.min(Math.round(logNormal(rand, w.turnMedian * d, w.sigmaTurn)), w.budget - used),
+    );
+    used += gen;
+    const toolTokens = Math.min(Math.round(logNormal(rand, 120, 0.6)), w.toolTokensCap);
+    const last = k === calls || used + toolTokens >= w.budget;
+    turns.push({
+      gen,
+      toolTokens: last ? 0 : toolTokens,
+      toolLatency: Math.min(logNormal(rand, w.toolMedian, w.toolSigma), w.toolCap),
+    });
+    if (last) break;
+    used += toolTokens;
+  }
+  return { key, group, prompt, turns, difficulty: d };
 }
 
 function makeWorkload(w: WorkloadModel, engines: number, seed: number): Traj[] {
@@ -121,30 +149,26 @@ function makeWorkload(w: WorkloadModel, engines: number, seed: number): Traj[] {
   const out: Traj[] = [];
   for (let p = 0; p < w.problemsPerEngine * engines; p++) {
     const d = logNormal(rand, 1, w.sigmaDifficulty);
-    for (let s = 0; s < w.n; s++) {
-      const prompt = Math.round(logNormal(rand, 400, 0.3));
-      // Harder problems draw more tool calls: 0-5, shifted up by difficulty.
-      const calls = Math.min(w.maxCalls, Math.floor(rand() * 4 + Math.max(0, Math.log2(d) + 1)));
-      const turns: Turn[] = [];
-      let used = 0;
-      for (let k = 0; k <= calls && used < w.budget; k++) {
-        const gen = Math.max(
-          1,
-          Math.min(Math.round(logNormal(rand, w.turnMedian * d, w.sigmaTurn)), w.budget - used),
-        );
-        used += gen;
-        const toolTokens = Math.min(Math.round(logNormal(rand, 120, 0.6)), w.toolTokensCap);
-        const last = k === calls || used + toolTokens >= w.budget;
-        turns.push({
-          gen,
-          toolTokens: last ? 0 : toolTokens,
-          toolLatency: Math.min(logNormal(rand, w.toolMedian, w.toolSigma), w.toolCap),
-        });
-        if (last) break;
-        used += toolTokens;
-      }
-      out.push({ key: `${p}/${s}`, group: p, prompt, turns });
-    }
+    for (let s = 0; s < w.n; s++) out.push(sample(w, d, rand, `${p}/${s}`, p));
+  }
+  return out;
+}
+
+/**
+ * An earlier epoch of the same batch: the same problems (difficulties), n fresh samples each
+ * from an independent stream. Its mean chain per problem is what a runner could know from the
+ * previous time it rolled the problem out (with the same policy: drift is not modelled).
+ */
+function earlierEpoch(w: WorkloadModel, trajs: Traj[], seed: number): Map<number, number> {
+  const rand = rng(seed + 7919);
+  const seen = new Set<number>();
+  const out = new Map<number, number>();
+  for (const t of trajs) {
+    if (seen.has(t.group)) continue;
+    seen.add(t.group);
+    let sum = 0;
+    for (let s = 0; s < w.n; s++) sum += chainTime(sample(w, t.difficulty, rand, '', t.group));
+    out.set(t.group, sum / w.n);
   }
   return out;
 }
@@ -198,6 +222,8 @@ export interface Variant {
    * the best any per-problem prediction can do, as a ceiling for `kv`'s own estimate.
    */
   oracle?: boolean;
+  /** Rank problems by their mean chain in an earlier epoch (`earlierEpoch`): a prior a runner could have. */
+  epoch?: boolean;
 }
 
 export function simulate(
@@ -212,9 +238,11 @@ export function simulate(
   let prior: ((g: number) => number) | undefined;
   if (v.oracle) {
     const sum = new Map<number, number>();
-    for (const t of trajs)
-      sum.set(t.group, (sum.get(t.group) ?? 0) + chain(t).reduce((a, x) => a + x.duration, 0));
+    for (const t of trajs) sum.set(t.group, (sum.get(t.group) ?? 0) + chainTime(t));
     prior = (g) => sum.get(g) ?? 0;
+  } else if (v.epoch) {
+    const before = earlierEpoch(w, trajs, seed);
+    prior = (g) => before.get(g) ?? 0;
   }
   const sched = new Scheduler<Req>(
     Array.from({ length: engines }, () => ENGINE.capacity),
@@ -381,6 +409,11 @@ function chain(t: Traj): Segment[] {
   return out;
 }
 
+/** A trajectory's chain at best (no queueing, alone on an engine). */
+function chainTime(t: Traj): number {
+  return chain(t).reduce((a, x) => a + x.duration, 0);
+}
+
 /**
  * Lower bound on the makespan of any schedule, clairvoyant ones included. No trajectory can be
  * further along its chain at time t than position t, so at least W(t) = Σ (engine work after
@@ -535,6 +568,7 @@ function main(): void {
     { label: 'kv (1 probe)', policy: 'kv', v: { probes: 1 } },
     { label: 'kv (fifo)', policy: 'kv', v: { order: 'fifo' } },
     { label: 'kv (oracle)', policy: 'kv', v: { oracle: true }, only: ['long-tailed', 'paper'] },
+    { label: 'kv (epoch)', policy: 'kv', v: { epoch: true }, only: ['long-tailed', 'paper'] },
     { label: 'least-requests', policy: 'least-requests', v: {} },
     { label: 'round-robin', policy: 'round-robin', v: {} },
     { label: 'static', policy: 'static', v: {} },
