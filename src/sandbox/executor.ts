@@ -204,7 +204,8 @@ export class Executor {
     if (!this.alive || !this.#child?.stdin)
       return Promise.reject(new ExecutorDied('executor is not running'));
     this.busy = true;
-    const id = this.#nextId++;
+    const id = this.#nextId;
+    this.#nextId = (this.#nextId % 0xfffffffe) + 1; // a u32 on the wire; 0 is the ready message
     const cap = Math.max(this.config.outputChars, request.keep ?? 0);
     const code = Buffer.from(request.code, 'utf8');
     const input = Buffer.from(request.input, 'utf8');
