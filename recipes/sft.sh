@@ -9,7 +9,8 @@
 # Sizes come from environment variables (defaults in brackets):
 #   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [6000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
 #   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [6e-3]
-#   RSTAR_SFT_WARMUP [30]  RSTAR_SFT_SECONDS [480: wall-clock budget of the training loop]
+#   RSTAR_SFT_WARMUP [30]  RSTAR_SFT_DECAY [0.25: LR decays linearly to 2% over this last fraction
+#   of the budget; 0 = constant]  RSTAR_SFT_SECONDS [480: wall-clock budget of the training loop]
 #   RSTAR_SFT_MAX_STEPS [0: no limit]  RSTAR_SFT_CKPT_EVERY [50]  RSTAR_SFT_EVAL_N [2: samples per
 #   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [256]  RSTAR_SFT_DATA [reuse a built data folder]
 #   RSTAR_SFT_TEMPLATE [fixtures/curriculum/tiny.jinja; `rstar2` for the release's full prompt]
@@ -33,6 +34,7 @@ CONFIG=${RSTAR_SFT_CONFIG:-fixtures/tiny/config.json}
 BATCH=${RSTAR_SFT_BATCH:-8}
 LR=${RSTAR_SFT_LR:-6e-3}
 WARMUP=${RSTAR_SFT_WARMUP:-30}
+DECAY=${RSTAR_SFT_DECAY:-0.25}
 SECONDS_BUDGET=${RSTAR_SFT_SECONDS:-480}
 MAX_STEPS=${RSTAR_SFT_MAX_STEPS:-0}
 CKPT_EVERY=${RSTAR_SFT_CKPT_EVERY:-50}
@@ -83,7 +85,16 @@ while [[ $done_training == 0 ]]; do
   while IFS= read -r line; do
     batch+=("$line")
     (( ${#batch[@]} < BATCH )) && continue
-    printf '%s\n' "${batch[@]}" '{"v":1,"end_batch":true}' >&"$train_in"
+    # Warm-up and constant LR (train-step's own schedule), then a linear decay over the last
+    # DECAY fraction of the budget (wall clock, or steps with RSTAR_SFT_MAX_STEPS), which the
+    # end_batch line sets per step: annealing sharpens the model the budget has reached.
+    lr_now=$(awk -v e="$elapsed" -v b="$SECONDS_BUDGET" -v s="$steps" -v m="$MAX_STEPS" -v d="$DECAY" -v lr="$LR" 'BEGIN {
+      p = e / b; if (m > 0 && s / m > p) p = s / m
+      if (d > 0 && p > 1 - d) { f = (1 - p) / d; if (f < 0.02) f = 0.02; printf "%.6g", lr * f }
+    }')
+    end_batch='{"v":1,"end_batch":true}'
+    [[ -n $lr_now ]] && end_batch="{\"v\":1,\"end_batch\":true,\"lr\":$lr_now}"
+    printf '%s\n' "${batch[@]}" "$end_batch" >&"$train_in"
     batch=()
     IFS= read -r record <&"$train_out" || die "train-step exited early: $(tail -n 5 "$OUT/train.log")"
     steps=$((steps + 1))

@@ -164,7 +164,7 @@ describe('backend: model-init and train-step CLIs', () => {
       ndjson(records.slice(0, 2)),
       '\n',
       ndjson(records.slice(2)),
-      '{"end_batch":true}\n',
+      '{"end_batch":true,"lr":0.0005}\n',
       '\n',
       ndjson(records),
     ].join('');
@@ -185,6 +185,28 @@ describe('backend: model-init and train-step CLIs', () => {
     );
     for (const s of steps) assert.ok(existsSync(join(s.checkpoint, 'model.safetensors')));
     assert.equal(steps[2].checkpoint, join(dir, 'follow-3'));
+    // an end_batch line may set its step's learning rate (a driver-owned schedule)
+    assert.deepEqual(
+      steps.map((s) => s.lr),
+      [1e-3, 5e-4, 1e-3],
+    );
+    const bad = await rstar(
+      [
+        'train-step',
+        '--loss',
+        'grpo',
+        '--follow',
+        '--model',
+        m0,
+        '--out',
+        join(dir, 'bad-lr'),
+        '--lr',
+        '1e-3',
+      ],
+      `${ndjson(records.slice(0, 2))}{"end_batch":true,"lr":-1}\n`,
+    );
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /stdin:3: lr: expected a positive number, got -1/);
   });
 
   test('startTrainer: a resident trainer for TypeScript orchestrators', async () => {

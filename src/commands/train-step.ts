@@ -35,6 +35,16 @@ interface Options {
 
 const END_BATCH = '{"v":1,"end_batch":true}';
 
+/** The learning rate an end_batch line sets for its step (`"lr"`), so a driver can own the schedule. */
+function endBatchLr(line: unknown, where: string): number | undefined {
+  const lr = (line as { lr?: unknown }).lr;
+  if (lr === undefined) return undefined;
+  if (typeof lr !== 'number' || !Number.isFinite(lr) || lr <= 0) {
+    throw new DataError(`${where}: lr: expected a positive number, got ${JSON.stringify(lr)}`);
+  }
+  return lr;
+}
+
 function backendArgs(o: Options): string[] {
   const args = ['train', '--follow', '--loss', o.loss, '--model', o.model, '--out', o.out];
   const flag = (name: string, value: string | number | undefined) => {
@@ -175,9 +185,9 @@ export async function run(argv: string[]): Promise<void> {
     for await (const entry of readLines(stream, source)) {
       const blank = entry.text.trim() === '';
       if (blank || /"end_batch"\s*:\s*true/.test(entry.text)) {
-        if (!blank) JSON.parse(entry.text);
+        const lr = blank ? undefined : endBatchLr(JSON.parse(entry.text), `${source}:${entry.line}`);
         if (o.follow && inBatch > 0) {
-          await send(child.stdin!, END_BATCH);
+          await send(child.stdin!, lr === undefined ? END_BATCH : `{"v":1,"end_batch":true,"lr":${lr}}`);
           inBatch = 0;
         }
         continue;

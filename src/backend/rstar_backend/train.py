@@ -80,24 +80,38 @@ def validate(rec, where, vocab, need_advantage, need_logprobs):
             "advantage": float(adv) if adv is not None else 0.0}
 
 
+class Batch(list):
+    """The (where, record) pairs of one step, and the learning rate its end_batch line set (or None)."""
+
+    lr = None
+
+
 def read_batches(stream, source, follow):
-    """Yields lists of (where, record) per batch. Without follow, everything up to EOF is one batch."""
-    batch = []
+    """Yields a Batch of (where, record) per step. Without follow, everything up to EOF is one batch.
+
+    With follow, an end_batch line may carry "lr": the learning rate of that step, so the process
+    that feeds a resident trainer can own the schedule (e.g. decay over a wall-clock budget)."""
+    batch = Batch()
     for lineno, line in enumerate(stream, 1):
         where = f"{source}:{lineno}"
         if not line.strip():
             if follow and batch:
                 yield batch
-                batch = []
+                batch = Batch()
             continue
         try:
             rec = json.loads(line)
         except ValueError as e:
             raise DataError(f"{where}: invalid JSON: {e}")
         if isinstance(rec, dict) and rec.get("end_batch") is True:
+            lr = rec.get("lr")
+            if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0
+                                   or lr == float("inf")):
+                raise DataError(f"{where}: lr: expected a positive number, got {lr!r}")
             if follow and batch:
+                batch.lr = lr
                 yield batch
-                batch = []
+                batch = Batch()
             continue
         batch.append((where, rec))
     if batch or not follow:
@@ -259,7 +273,7 @@ class Trainer:
             sums = sums.cpu()
         max_norm = a.max_grad_norm if a.max_grad_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        lr = self.lr_at(self.step_no)
+        lr = batch.lr if getattr(batch, "lr", None) is not None else self.lr_at(self.step_no)
         for g in self.opt.param_groups:
             g["lr"] = lr
         self.opt.step()

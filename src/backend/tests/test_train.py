@@ -1,3 +1,4 @@
+import json
 import math
 import os
 
@@ -198,6 +199,19 @@ class Validation(TempDirCase):
             t.step([])
         with self.assertRaisesRegex(DataError, "no loss tokens"):
             t.step(batch([{**A, "advantage": 1, "loss_mask": [0, 0, 0, 0]}]))
+
+    def test_end_batch_line_sets_the_steps_learning_rate(self):
+        lines = ['{"a":1}\n', '{"end_batch":true,"lr":0.003}\n', '{"a":2}\n', '{"end_batch":true}\n']
+        got = [(b[0][1]["a"], b.lr) for b in read_batches(iter(lines), "s", follow=True)]
+        self.assertEqual(got, [(1, 0.003), (2, None)])
+        for bad in ['0', '-1', '"fast"', 'true', '1e999']:
+            with self.assertRaisesRegex(DataError, "s:2: lr: expected a positive number"):
+                list(read_batches(iter(['{"a":1}\n', '{"end_batch":true,"lr":%s}\n' % bad]), "s", follow=True))
+        m0 = self.checkpoint()
+        t = self.trainer(m0, self.path("o"), "--loss", "sft", "--lr", "1e-2", "--warmup-steps", "4")
+        lines = [json.dumps(A) + "\n", '{"end_batch":true,"lr":0.0005}\n', json.dumps(A) + "\n", "\n"]
+        lrs = [t.step(b)["lr"] for b in read_batches(iter(lines), "s", follow=True)]
+        self.assertEqual([round(x, 8) for x in lrs], [0.0005, 0.005])  # the override, then the schedule
 
     def test_batch_separators(self):
         lines = ['{"a":1}\n', "\n", '{"a":2}\n', '{"end_batch":true}\n', "\n", '{"a":3}\n']
