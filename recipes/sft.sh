@@ -10,7 +10,9 @@
 #   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [6000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
 #   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [6e-3]
 #   RSTAR_SFT_WARMUP [30]  RSTAR_SFT_DECAY [0.25: LR decays linearly to 2% over this last fraction
-#   of the budget; 0 = constant]  RSTAR_SFT_SECONDS [480: wall-clock budget of the training loop]
+#   of the budget; 0 = constant]  RSTAR_SFT_TOTAL [480: wall-clock seconds for the whole recipe]
+#   RSTAR_SFT_SECONDS [the training loop's budget; default: what RSTAR_SFT_TOTAL leaves after the data
+#   and model-init, minus RSTAR_SFT_EVAL_RESERVE (45) for the evaluation]
 #   RSTAR_SFT_MAX_STEPS [0: no limit]  RSTAR_SFT_CKPT_EVERY [50]  RSTAR_SFT_EVAL_N [2: samples per
 #   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [256]  RSTAR_SFT_DATA [reuse a built data folder]
 #   RSTAR_SFT_TEMPLATE [fixtures/curriculum/tiny.jinja; `rstar2` for the release's full prompt]
@@ -35,7 +37,9 @@ BATCH=${RSTAR_SFT_BATCH:-8}
 LR=${RSTAR_SFT_LR:-6e-3}
 WARMUP=${RSTAR_SFT_WARMUP:-30}
 DECAY=${RSTAR_SFT_DECAY:-0.25}
-SECONDS_BUDGET=${RSTAR_SFT_SECONDS:-480}
+TOTAL=${RSTAR_SFT_TOTAL:-480}
+EVAL_RESERVE=${RSTAR_SFT_EVAL_RESERVE:-45}
+recipe_start=$EPOCHREALTIME
 MAX_STEPS=${RSTAR_SFT_MAX_STEPS:-0}
 CKPT_EVERY=${RSTAR_SFT_CKPT_EVERY:-50}
 EVAL_N=${RSTAR_SFT_EVAL_N:-2}
@@ -62,6 +66,9 @@ rm -rf "$OUT/init" "$OUT/ckpt"
 "${RSTAR[@]}" model-init --config "$CONFIG" --out "$OUT/init" --seed "$SEED" >"$OUT/init.json"
 
 # 3. SFT: one resident train-step; we send a batch, read its Step record, and stop at the budget.
+# The whole recipe fits RSTAR_SFT_TOTAL: training gets what the data and init left, less the eval's share.
+SECONDS_BUDGET=${RSTAR_SFT_SECONDS:-$(awk -v a="$recipe_start" -v b="$EPOCHREALTIME" -v t="$TOTAL" -v r="$EVAL_RESERVE" \
+  'BEGIN { s = t - (b - a) - r; printf "%d", (s < 60 ? 60 : s) }')}
 step "train-step --loss sft (batch $BATCH, lr $LR, ${SECONDS_BUDGET}s budget)"
 : >"$OUT/metrics.jsonl"
 coproc TRAIN { "${RSTAR[@]}" train-step --loss sft --follow --model "$OUT/init" --out "$OUT/ckpt" \
@@ -134,4 +141,4 @@ evaluate() { # NAME TEMPERATURE N
 : >"$OUT/eval.jsonl"
 evaluate greedy 0 1
 evaluate sampled 1 "$EVAL_N"
-log "done: $OUT/metrics.jsonl, $OUT/eval.jsonl"
+log "done in $(awk -v a="$recipe_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')s: $OUT/metrics.jsonl, $OUT/eval.jsonl"
