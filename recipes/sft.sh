@@ -13,7 +13,7 @@
 #   of the budget; 0 = constant]  RSTAR_SFT_TOTAL [480: wall-clock seconds for the whole recipe]
 #   RSTAR_SFT_SECONDS [the training loop's budget; default: what RSTAR_SFT_TOTAL leaves after the data
 #   and model-init, minus RSTAR_SFT_EVAL_RESERVE (45) for the evaluation]
-#   RSTAR_SFT_MAX_STEPS [0: no limit]  RSTAR_SFT_CKPT_EVERY [50]  RSTAR_SFT_EVAL_N [2: samples per
+#   RSTAR_SFT_MAX_STEPS [0: no limit]  RSTAR_SFT_CKPT_EVERY [500]  RSTAR_SFT_EVAL_N [2: samples per
 #   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [256]  RSTAR_SFT_DATA [reuse a built data folder]
 #   RSTAR_SFT_TEMPLATE [fixtures/curriculum/tiny.jinja; `rstar2` for the release's full prompt]
 #   RSTAR_SFT_PYTHON [1: run the curriculum's code with a plain python3 instead of the sandbox]
@@ -41,7 +41,7 @@ TOTAL=${RSTAR_SFT_TOTAL:-480}
 EVAL_RESERVE=${RSTAR_SFT_EVAL_RESERVE:-45}
 recipe_start=$EPOCHREALTIME
 MAX_STEPS=${RSTAR_SFT_MAX_STEPS:-0}
-CKPT_EVERY=${RSTAR_SFT_CKPT_EVERY:-50}
+CKPT_EVERY=${RSTAR_SFT_CKPT_EVERY:-500}
 EVAL_N=${RSTAR_SFT_EVAL_N:-2}
 EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-256}
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
@@ -79,48 +79,73 @@ train_pid=$TRAIN_PID
 # If the recipe dies mid-training, do not leave the resident trainer behind.
 trap 'kill "$train_pid" 2>/dev/null || true' EXIT
 start=$EPOCHREALTIME
-steps=0
+steps=0   # Step records received
+sent=0    # batches sent
+pending=0 # batches sent whose Step record has not come back yet
 epoch=0
-done_training=0
 elapsed=0
-while [[ $done_training == 0 ]]; do
+
+# One batch is queued ahead of the one training, so the trainer never waits for this loop (the
+# loop's metrics, logging and awk run while the next step computes).
+send_batch() {
+  # Warm-up and constant LR (train-step's own schedule), then a linear decay over the last DECAY
+  # fraction of the budget (wall clock, or steps with RSTAR_SFT_MAX_STEPS), set per step on the
+  # end_batch line: annealing sharpens what the budget has taught.
+  local lr_now end_batch
+  lr_now=$(awk -v e="$elapsed" -v b="$SECONDS_BUDGET" -v s="$sent" -v m="$MAX_STEPS" -v d="$DECAY" -v lr="$LR" 'BEGIN {
+    p = e / b; if (m > 0 && s / m > p) p = s / m
+    if (d > 0 && p > 1 - d) { f = (1 - p) / d; if (f < 0.02) f = 0.02; printf "%.6g", lr * f }
+  }')
+  end_batch='{"v":1,"end_batch":true}'
+  [[ -n $lr_now ]] && end_batch="{\"v\":1,\"end_batch\":true,\"lr\":$lr_now}"
+  printf '%s\n' "${batch[@]}" "$end_batch" >&"$train_in"
+  sent=$((sent + 1))
+  pending=$((pending + 1))
+}
+
+receive_record() {
+  local record tokens seconds tps
+  IFS= read -r record <&"$train_out" || die "train-step exited early: $(tail -n 5 "$OUT/train.log")"
+  pending=$((pending - 1))
+  steps=$((steps + 1))
+  elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')
+  # metrics.jsonl: the Step record plus wall-clock elapsed and the step's tokens/s.
+  tokens=$(json_number "$record" tokens)
+  seconds=$(json_number "$record" seconds)
+  tps=$(awk -v t="$tokens" -v s="$seconds" 'BEGIN { printf "%.1f", (s > 0 ? t / s : 0) }')
+  printf '%s, "elapsed": %s, "tokens_per_s": %s}\n' "${record%\}}" "$elapsed" "$tps" >>"$OUT/metrics.jsonl"
+  log "step $steps  loss $(json_number "$record" loss)  ${elapsed}s"
+  # A snapshot only when no step is in flight (the trainer rewrites OUT/ckpt every step).
+  if ((pending == 0 && steps % CKPT_EVERY == 0)); then
+    rm -rf "$OUT/ckpt-$steps"
+    cp -r "$OUT/ckpt" "$OUT/ckpt-$steps"
+  fi
+}
+
+out_of_budget() {
+  awk -v e="$elapsed" -v b="$SECONDS_BUDGET" 'BEGIN { exit !(e >= b) }' || { ((MAX_STEPS > 0)) && ((sent >= MAX_STEPS)); }
+}
+
+while ! out_of_budget; do
   shuffled="$OUT/epoch.jsonl"
   # batches of similar length (less padding), in a seeded order (src/sft/epoch.ts)
   node dist/src/sft/epoch.js "$DATA/sft.jsonl" "$((SEED + epoch))" "$BATCH" >"$shuffled"
   epoch=$((epoch + 1))
+  sent_before=$sent
   batch=()
   while IFS= read -r line; do
     batch+=("$line")
-    (( ${#batch[@]} < BATCH )) && continue
-    # Warm-up and constant LR (train-step's own schedule), then a linear decay over the last
-    # DECAY fraction of the budget (wall clock, or steps with RSTAR_SFT_MAX_STEPS), which the
-    # end_batch line sets per step: annealing sharpens the model the budget has reached.
-    lr_now=$(awk -v e="$elapsed" -v b="$SECONDS_BUDGET" -v s="$steps" -v m="$MAX_STEPS" -v d="$DECAY" -v lr="$LR" 'BEGIN {
-      p = e / b; if (m > 0 && s / m > p) p = s / m
-      if (d > 0 && p > 1 - d) { f = (1 - p) / d; if (f < 0.02) f = 0.02; printf "%.6g", lr * f }
-    }')
-    end_batch='{"v":1,"end_batch":true}'
-    [[ -n $lr_now ]] && end_batch="{\"v\":1,\"end_batch\":true,\"lr\":$lr_now}"
-    printf '%s\n' "${batch[@]}" "$end_batch" >&"$train_in"
+    ((${#batch[@]} < BATCH)) && continue
+    # the step finishing next is a snapshot step: let it finish before queueing another
+    ((pending > 0 && (steps + 1) % CKPT_EVERY == 0)) && receive_record
+    send_batch
     batch=()
-    IFS= read -r record <&"$train_out" || die "train-step exited early: $(tail -n 5 "$OUT/train.log")"
-    steps=$((steps + 1))
-    elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')
-    # metrics.jsonl: the Step record plus wall-clock elapsed and the step's tokens/s (no extra
-    # processes per step beyond awk: the loop's overhead counts against the budget too).
-    tokens=$(json_number "$record" tokens)
-    seconds=$(json_number "$record" seconds)
-    tps=$(awk -v t="$tokens" -v s="$seconds" 'BEGIN { printf "%.1f", (s > 0 ? t / s : 0) }')
-    printf '%s, "elapsed": %s, "tokens_per_s": %s}\n' "${record%\}}" "$elapsed" "$tps" >>"$OUT/metrics.jsonl"
-    log "step $steps  loss $(json_number "$record" loss)  ${elapsed}s"
-    if (( steps % CKPT_EVERY == 0 )); then rm -rf "$OUT/ckpt-$steps"; cp -r "$OUT/ckpt" "$OUT/ckpt-$steps"; fi
-    if awk -v e="$elapsed" -v b="$SECONDS_BUDGET" 'BEGIN { exit !(e >= b) }' ||
-      { (( MAX_STEPS > 0 )) && (( steps >= MAX_STEPS )); }; then
-      done_training=1
-      break
-    fi
+    ((pending > 1)) && receive_record
+    out_of_budget && break
   done <"$shuffled"
+  ((sent > sent_before)) || die "$DATA/sft.jsonl: fewer than $BATCH demonstrations, not one batch"
 done
+while ((pending > 0)); do receive_record; done
 exec {train_in}>&-
 wait "$train_pid" || die "train-step failed: $(tail -n 5 "$OUT/train.log")"
 trap - EXIT
