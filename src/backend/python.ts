@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 
@@ -49,9 +50,41 @@ export function findPython(): Promise<string> {
   return found;
 }
 
+/**
+ * The OpenBLAS kernel family for this CPU, from /proc/cpuinfo's flags. OpenBLAS picks its kernels
+ * from the CPU model number, and a model it does not know (a newer Xeon, or a hypervisor's generic
+ * "Intel Xeon Processor") falls back to Prescott's SSE3 kernels: on this project's VMs (AVX-512,
+ * AMX) Debian's OpenBLAS 0.3.21 did that, and matmuls ran 5x slower (30 vs 152 GFLOP/s, a tiny-model
+ * SFT step 2x slower). Naming the family by the instructions the CPU has avoids that; an
+ * `OPENBLAS_CORETYPE` already set wins, and non-OpenBLAS builds (MKL, CUDA, ROCm) ignore it.
+ */
+export function openblasCoreType(cpuinfo: string): string | undefined {
+  const flags = new Set(/^flags\s*:(.*)$/m.exec(cpuinfo)?.[1]?.trim().split(/\s+/) ?? []);
+  if (['avx512f', 'avx512bw', 'avx512dq', 'avx512vl', 'avx512cd'].every((f) => flags.has(f)))
+    return 'SkylakeX';
+  if (['avx2', 'fma'].every((f) => flags.has(f))) return 'Haswell';
+  return undefined;
+}
+
+let coreType: string | undefined | null = null;
+
+function detectedCoreType(): string | undefined {
+  if (coreType === null) {
+    try {
+      coreType = openblasCoreType(readFileSync('/proc/cpuinfo', 'utf8'));
+    } catch {
+      coreType = undefined; // not Linux, or /proc unavailable: leave OpenBLAS to its own detection
+    }
+  }
+  return coreType;
+}
+
 /** Environment for backend processes: unbuffered, so log lines and records arrive when written. */
 export function backendEnv(): NodeJS.ProcessEnv {
-  return { ...process.env, PYTHONUNBUFFERED: '1', PYTHONDONTWRITEBYTECODE: '1' };
+  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: '1', PYTHONDONTWRITEBYTECODE: '1' };
+  const core = env.OPENBLAS_CORETYPE ? undefined : detectedCoreType();
+  if (core) env.OPENBLAS_CORETYPE = core;
+  return env;
 }
 
 /** The backend's own error text without its `rstar <command>: ` prefix (the CLI adds that again). */
