@@ -8,15 +8,7 @@
  * still a random draw from the data, only its members are alike in length.
  */
 import { readFileSync } from 'node:fs';
-import { mulberry32 } from '../random.js';
-
-function shuffle<T>(items: T[], random: () => number): T[] {
-  for (let i = items.length - 1; i > 0; i--) {
-    const j = Math.floor(random() * (i + 1));
-    [items[i], items[j]] = [items[j] as T, items[i] as T];
-  }
-  return items;
-}
+import { Rng } from './rng.js';
 
 /**
  * The records (one JSON line each) in epoch order: whole batches of `batch` lines, similar in
@@ -27,8 +19,8 @@ function shuffle<T>(items: T[], random: () => number): T[] {
 export function epochOrder(lines: string[], seed: number, batch: number, window = 16): string[] {
   if (!Number.isInteger(batch) || batch < 1)
     throw new Error(`batch must be a positive integer, got ${batch}`);
-  const random = mulberry32(seed);
-  const shuffled = shuffle([...lines], random);
+  const rng = new Rng(seed);
+  const shuffled = rng.shuffle([...lines]);
   const batches: string[][] = [];
   for (let start = 0; start < shuffled.length; start += batch * window) {
     const chunk = shuffled.slice(start, start + batch * window).sort((a, b) => a.length - b.length);
@@ -36,7 +28,7 @@ export function epochOrder(lines: string[], seed: number, batch: number, window 
   }
   const full = batches.filter((b) => b.length === batch);
   const partial = batches.filter((b) => b.length < batch);
-  return [...shuffle(full, random), ...partial].flat();
+  return [...rng.shuffle(full), ...partial].flat();
 }
 
 /** `node dist/src/sft/epoch.js FILE SEED BATCH` prints FILE's non-empty lines in epoch order. */
