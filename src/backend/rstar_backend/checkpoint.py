@@ -12,7 +12,7 @@ import struct
 
 import torch
 
-from .model import Qwen3Config, Qwen3ForCausalLM
+from .model import SMEAR_ARCHITECTURE, Qwen3Config, Qwen3ForCausalLM
 
 DTYPES = {
     "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
@@ -100,7 +100,7 @@ def read_config(folder):
     except ValueError as e:
         raise CheckpointError(f"{path}: invalid JSON: {e}")
     arch = raw.get("architectures") or ["Qwen3ForCausalLM"]
-    if raw.get("model_type", "qwen3") != "qwen3" or "Qwen3ForCausalLM" not in arch:
+    if raw.get("model_type", "qwen3") != "qwen3" or not {"Qwen3ForCausalLM", SMEAR_ARCHITECTURE} & set(arch):
         raise CheckpointError(f"{path}: not a Qwen3 model (model_type={raw.get('model_type')}, architectures={arch})")
     try:
         return Qwen3Config.from_dict(raw)

@@ -34,6 +34,8 @@ class KVPool:
         shape = (cfg.num_hidden_layers, size, cfg.num_key_value_heads, cfg.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
+        # smeared keys need each token's key before the mix, to mix it into the next token's
+        self.k_raw = torch.zeros(shape, device=device, dtype=dtype) if cfg.rstar_key_smear else None
         self.size = size
         self.free = list(range(size - 1, -1, -1))
         self.device = device
@@ -44,7 +46,7 @@ class KVPool:
 
     @property
     def nbytes(self):
-        return 2 * self.k.numel() * self.k.element_size()
+        return (2 if self.k_raw is None else 3) * self.k.numel() * self.k.element_size()
 
     def alloc(self, n):
         assert n <= len(self.free), "KV pool over-allocated"
@@ -62,28 +64,37 @@ class PrefillCache:
     def __init__(self, pool, slots, valid=None):
         self.pool, self.slots, self.valid = pool, slots, valid
 
+    def _rows(self, t):
+        t = t.transpose(1, 2)  # (B, T, kv_heads, head_dim)
+        return t[0] if self.valid is None else t[self.valid]
+
     def update(self, layer, k, v):
-        kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # (B, T, kv_heads, head_dim)
-        if self.valid is None:
-            kt, vt = kt[0], vt[0]
-        else:
-            kt, vt = kt[self.valid], vt[self.valid]
-        self.pool.k[layer, self.slots] = kt
-        self.pool.v[layer, self.slots] = vt
+        self.pool.k[layer, self.slots] = self._rows(k)
+        self.pool.v[layer, self.slots] = self._rows(v)
         return k, v, None
+
+    def previous_keys(self, layer, k):
+        """Prompts start at position 0, so the previous key is the row's previous column (zero for the first)."""
+        self.pool.k_raw[layer, self.slots] = self._rows(k)
+        return torch.nn.functional.pad(k, (0, 0, 1, 0))[:, :, :k.size(2)]
 
 
 class DecodeCache:
     """One new token per request: writes it, then gathers each request's slots (padded, masked)."""
 
-    def __init__(self, pool, write, gather, mask):
-        self.pool, self.write, self.gather, self.mask = pool, write, gather, mask
+    def __init__(self, pool, write, gather, mask, prev=None):
+        self.pool, self.write, self.gather, self.mask, self.prev = pool, write, gather, mask, prev
 
     def update(self, layer, k, v):
         self.pool.k[layer, self.write] = k[:, :, 0]
         self.pool.v[layer, self.write] = v[:, :, 0]
         return (self.pool.k[layer][self.gather].transpose(1, 2), self.pool.v[layer][self.gather].transpose(1, 2),
                 self.mask)
+
+    def previous_keys(self, layer, k):
+        """prev: the slot of each request's previous token (a decoded token is never at position 0)."""
+        self.pool.k_raw[layer, self.write] = k[:, :, 0]
+        return self.pool.k_raw[layer, self.prev][:, :, None]
 
 
 class BadRequest(Exception):
@@ -379,8 +390,9 @@ class Engine:
         ids = torch.tensor([[r.output[-1]] for r in rs], dtype=torch.long, device=self.device)
         positions = (lens - 1)[:, None]
         write = table.gather(1, positions)[:, 0]
+        prev = table.gather(1, positions - 1)[:, 0]
         mask = torch.arange(L, device=self.device)[None, :] < lens[:, None]
-        logits = self.model(ids, positions, DecodeCache(self.pool, write, table[:, :L], mask[:, None, None, :]))
+        logits = self.model(ids, positions, DecodeCache(self.pool, write, table[:, :L], mask[:, None, None, :], prev))
         logits = logits[:, -1].float()
         logprobs = torch.log_softmax(logits, dim=-1)
         greedy = torch.argmax(logits, dim=-1).tolist()

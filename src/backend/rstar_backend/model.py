@@ -16,6 +16,10 @@ import torch.nn.functional as F
 
 _sdpa = getattr(F, "scaled_dot_product_attention", None)  # torch >= 2.0
 
+# The architecture name a checkpoint with smeared keys declares, so SGLang and vLLM refuse it loudly
+# instead of serving it as plain Qwen3 (which would ignore k_smear and compute something else).
+SMEAR_ARCHITECTURE = "RStarQwen3ForCausalLM"
+
 
 @dataclass
 class Qwen3Config:
@@ -36,6 +40,8 @@ class Qwen3Config:
     eos_token_id: int = 2
     pad_token_id: int = 0
     torch_dtype: str = "float32"
+    # Our extension, off for every Hugging Face model: each key mixes in the previous token's key (below).
+    rstar_key_smear: bool = False
 
     @classmethod
     def from_dict(cls, d):
@@ -59,12 +65,14 @@ class Qwen3Config:
                 raise ValueError(f"config.json: {name}: expected a positive integer, got {v!r}")
         if self.num_attention_heads % self.num_key_value_heads != 0:
             raise ValueError("config.json: num_attention_heads must be a multiple of num_key_value_heads")
+        if not isinstance(self.rstar_key_smear, bool):
+            raise ValueError(f"config.json: rstar_key_smear: expected true or false, got {self.rstar_key_smear!r}")
         if self.head_dim % 2 != 0:
             raise ValueError("config.json: head_dim must be even (rotary embeddings rotate pairs)")
 
     def to_hf(self):
         """config.json as Hugging Face writes it for Qwen3, so other tools load our checkpoints."""
-        return {
+        hf = {
             "architectures": ["Qwen3ForCausalLM"],
             "attention_bias": self.attention_bias,
             "attention_dropout": 0.0,
@@ -93,6 +101,10 @@ class Qwen3Config:
             "use_sliding_window": False,
             "vocab_size": self.vocab_size,
         }
+        if self.rstar_key_smear:  # only written when on, so plain Qwen3 configs stay byte-identical
+            hf["architectures"] = [SMEAR_ARCHITECTURE]
+            hf["rstar_key_smear"] = True
+        return hf
 
 
 class RMSNorm(nn.Module):
@@ -140,12 +152,25 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=b)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)  # per-head norms: Qwen3's change over Qwen2
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        # Smeared keys (Olsson et al. 2022, "In-context learning and induction heads"): key t becomes
+        # s*k_t + (1-s)*k_{t-1}, s = sigmoid(k_smear) per KV head, before rotary. A key then says which
+        # token came *before* it, so one head can find "the token after the one I just wrote": copying a
+        # number from the prompt, which a from-scratch tiny model otherwise learns only after a slow
+        # two-layer induction circuit forms. Not part of Qwen3; off unless config.rstar_key_smear.
+        self.k_smear = nn.Parameter(torch.zeros(self.n_kv)) if cfg.rstar_key_smear else None
 
-    def forward(self, x, cos, sin, cache=None):
+    def forward(self, x, cos, sin, cache=None, has_prev=None):
         B, T, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(B, T, self.n_head, self.head_dim)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        if self.k_smear is not None:
+            if cache is not None:
+                prev = cache.previous_keys(self.layer_idx, k)
+            else:  # one sequence per row from position 0: the previous key is the row's previous column
+                prev = F.pad(k, (0, 0, 1, 0))[:, :, :T] * has_prev
+            s = torch.sigmoid(self.k_smear).view(1, -1, 1, 1).to(k.dtype)
+            k = s * k + (1 - s) * prev
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         mask = None  # None means plain causal attention over this call's own tokens
@@ -193,8 +218,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, cache=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+    def forward(self, x, cos, sin, cache=None, has_prev=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, has_prev)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -223,6 +248,8 @@ class Qwen3ForCausalLM(nn.Module):
             with torch.no_grad():
                 if name.endswith("norm.weight"):
                     p.fill_(1.0)
+                elif name.endswith("k_smear"):
+                    p.zero_()  # an even mix of this key and the previous one
                 elif name.endswith(".bias"):
                     p.zero_()
                 else:
@@ -239,8 +266,9 @@ class Qwen3ForCausalLM(nn.Module):
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.model.rotary(positions, x.dtype)
+        has_prev = (positions > 0)[:, None, :, None].to(x.dtype) if self.config.rstar_key_smear else None
         for layer in self.model.layers:
-            x = layer(x, cos, sin, cache)
+            x = layer(x, cos, sin, cache, has_prev)
         if logits_at is not None:
             x = x.gather(1, logits_at.unsqueeze(-1).expand(-1, -1, x.size(-1)))
         return self.lm_head(self.model.norm(x))

@@ -71,6 +71,18 @@ class Checkpoints(TempDirCase):
         self.assertNotIn("lm_head.weight", names)  # tied: HF omits it
         self.assert_same_weights(m, load_model(self.path("c")))
 
+    def test_smeared_keys_round_trip_under_their_own_architecture_name(self):
+        m = small_model(5, rstar_key_smear=True)
+        with torch.no_grad():
+            m.model.layers[1].self_attn.k_smear.copy_(torch.tensor([0.25, -1.5]))
+        save_model(m, self.path("s"))
+        cfg = read_json(self.path("s", "config.json"))
+        self.assertEqual(cfg["architectures"], ["RStarQwen3ForCausalLM"])  # SGLang/vLLM refuse, not misread
+        self.assertIs(cfg["rstar_key_smear"], True)
+        self.assertIn("model.layers.1.self_attn.k_smear", set(load_state_dict(self.path("s"))))
+        self.assert_same_weights(m, load_model(self.path("s")))
+        self.assertNotIn("rstar_key_smear", small_model(5).config.to_hf())
+
     def test_sharded_round_trip_bit_exact(self):
         m = small_model(4, tie_word_embeddings=False)
         save_model(m, self.path("s"), max_shard_bytes=20_000)

@@ -7,7 +7,33 @@ from rstar_backend.model import Rotary, rotate_half
 
 class Model(TempDirCase):
     def test_kv_cache_decode_equals_full_forward(self):
-        m = small_model(1).eval()
+        self.check_kv_cache_decode(small_model(1).eval())
+
+    def test_smeared_keys_decode_equals_full_forward(self):
+        m = small_model(1, rstar_key_smear=True).eval()
+        with torch.no_grad():  # away from the even mix init, so a wrong previous key shows
+            for layer in m.model.layers:
+                layer.self_attn.k_smear.copy_(torch.tensor([1.5, -2.0]))
+        self.check_kv_cache_decode(m)
+
+    def test_smeared_keys_mix_in_the_previous_token(self):
+        m = small_model(3, rstar_key_smear=True).eval()
+        self.assertEqual(sorted(n for n, _ in m.named_parameters() if "smear" in n),
+                         [f"model.layers.{i}.self_attn.k_smear" for i in range(2)])
+        plain = small_model(3).eval()
+        plain.load_state_dict({k: v for k, v in m.state_dict().items() if "smear" not in k})
+        x = torch.tensor([[5, 6, 7, 8]])
+        with torch.no_grad():
+            mixed = m(x)[0]
+            for layer in m.model.layers:
+                layer.self_attn.k_smear.fill_(30.0)  # sigmoid(30) = 1: each key is its own token's alone
+            alone = m(x)[0]
+            qwen3 = plain(x)[0]
+        self.assertTrue(torch.allclose(mixed[0], qwen3[0], atol=1e-5))  # the first token has no previous one
+        self.assertFalse(torch.allclose(mixed[1:], qwen3[1:], atol=1e-3))
+        self.assertTrue(torch.allclose(alone, qwen3, atol=1e-5))
+
+    def check_kv_cache_decode(self, m):
         seqs = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12, 13], [20, 21, 22, 23, 24, 25]]
         pool = KVPool(m.config, 64, torch.device("cpu"), torch.float32)
         with torch.no_grad():
@@ -27,7 +53,8 @@ class Model(TempDirCase):
                 write = torch.stack([slots[i][step] for i in live])
                 ids = torch.tensor([[seqs[i][step]] for i in live])
                 pos = torch.tensor([[step] for _ in live])
-                out = m(ids, pos, DecodeCache(pool, write, gather, mask))[:, -1]
+                prev = torch.stack([slots[i][step - 1] for i in live])
+                out = m(ids, pos, DecodeCache(pool, write, gather, mask, prev))[:, -1]
                 for j, i in enumerate(live):
                     self.assertTrue(torch.allclose(out[j], full[i][step], atol=1e-5), (step, i))
 
