@@ -9,6 +9,8 @@
 # Sizes come from environment variables (defaults in brackets):
 #   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [6000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
 #   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [6e-3]
+#   RSTAR_SFT_WINDOW [1: batches are uniform draws; N > 1: batches of similar length from windows of
+#   N batches, less padding but copying formed later in every run so far, docs/sft.md]
 #   RSTAR_SFT_WARMUP [30]  RSTAR_SFT_DECAY [0.25: LR decays linearly to 2% over this last fraction
 #   of the budget; 0 = constant]  RSTAR_SFT_TOTAL [480: wall-clock seconds for the whole recipe]
 #   RSTAR_SFT_SECONDS [the training loop's budget; default: what RSTAR_SFT_TOTAL leaves after the data
@@ -36,6 +38,7 @@ CONFIG=${RSTAR_SFT_CONFIG:-fixtures/tiny/config.json}
 BATCH=${RSTAR_SFT_BATCH:-8}
 LR=${RSTAR_SFT_LR:-6e-3}
 WARMUP=${RSTAR_SFT_WARMUP:-30}
+WINDOW=${RSTAR_SFT_WINDOW:-1}
 DECAY=${RSTAR_SFT_DECAY:-0.25}
 TOTAL=${RSTAR_SFT_TOTAL:-480}
 EVAL_RESERVE=${RSTAR_SFT_EVAL_RESERVE:-45}
@@ -128,8 +131,8 @@ out_of_budget() {
 
 while ! out_of_budget; do
   shuffled="$OUT/epoch.jsonl"
-  # batches of similar length (less padding), in a seeded order (src/sft/epoch.ts)
-  node dist/src/sft/epoch.js "$DATA/sft.jsonl" "$((SEED + epoch))" "$BATCH" >"$shuffled"
+  # a seeded order; with WINDOW > 1, batches of similar length (src/sft/epoch.ts)
+  node dist/src/sft/epoch.js "$DATA/sft.jsonl" "$((SEED + epoch))" "$BATCH" "$WINDOW" >"$shuffled"
   epoch=$((epoch + 1))
   sent_before=$sent
   batch=()

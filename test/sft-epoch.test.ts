@@ -42,8 +42,17 @@ describe('epochOrder', () => {
     }
   });
 
-  it('rejects a batch size that is not a positive integer', () => {
+  it('with window 1 is a plain shuffle: batches as mixed in length as the data', () => {
+    const order = epochOrder(lines, 3, 8, 1);
+    assert.deepEqual([...order].sort(), [...lines].sort());
+    const batches = Array.from({ length: 25 }, (_, i) => order.slice(i * 8, i * 8 + 8));
+    const mean = batches.reduce((s, b) => s + spread(b), 0) / batches.length;
+    assert.ok(mean > 150, `mean length range within a batch: ${mean}`);
+  });
+
+  it('rejects a batch size or window that is not a positive integer', () => {
     assert.throws(() => epochOrder(lines, 1, 0), /batch must be a positive integer/);
     assert.throws(() => epochOrder(lines, 1, 2.5), /batch must be a positive integer/);
+    assert.throws(() => epochOrder(lines, 1, 8, 0), /window must be a positive integer/);
   });
 });

@@ -19,6 +19,8 @@ import { Rng } from './rng.js';
 export function epochOrder(lines: string[], seed: number, batch: number, window = 16): string[] {
   if (!Number.isInteger(batch) || batch < 1)
     throw new Error(`batch must be a positive integer, got ${batch}`);
+  if (!Number.isInteger(window) || window < 1)
+    throw new Error(`window must be a positive integer, got ${window}`);
   const rng = new Rng(seed);
   const shuffled = rng.shuffle([...lines]);
   const batches: string[][] = [];
@@ -31,16 +33,19 @@ export function epochOrder(lines: string[], seed: number, batch: number, window 
   return [...rng.shuffle(full), ...partial].flat();
 }
 
-/** `node dist/src/sft/epoch.js FILE SEED BATCH` prints FILE's non-empty lines in epoch order. */
+/**
+ * `node dist/src/sft/epoch.js FILE SEED BATCH [WINDOW]` prints FILE's non-empty lines in epoch order
+ * (WINDOW 1: a plain shuffle, every batch a uniform draw).
+ */
 if (process.argv[1]?.endsWith('epoch.js')) {
-  const [file, seed, batch] = process.argv.slice(2);
+  const [file, seed, batch, window = '16'] = process.argv.slice(2);
   if (!file || seed === undefined || batch === undefined) {
-    process.stderr.write('usage: node dist/src/sft/epoch.js FILE SEED BATCH\n');
+    process.stderr.write('usage: node dist/src/sft/epoch.js FILE SEED BATCH [WINDOW]\n');
     process.exit(2);
   }
   const lines = readFileSync(file, 'utf8')
     .split('\n')
     .filter((line) => line.length > 0);
-  const out = epochOrder(lines, Number(seed), Number(batch));
+  const out = epochOrder(lines, Number(seed), Number(batch), Number(window));
   process.stdout.write(out.length ? `${out.join('\n')}\n` : '');
 }
