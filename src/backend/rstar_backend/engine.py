@@ -21,7 +21,7 @@ import torch
 
 from .checkpoint import CheckpointError, load_model, read_config
 from .detok import Detokenizer
-from .model import token_logprobs
+from .model import previous_in_row, token_logprobs
 
 
 PREFILL_TOKENS = 8192  # padded prompt tokens per prefill forward: bounds the activations' memory
@@ -76,7 +76,7 @@ class PrefillCache:
     def previous_keys(self, layer, k):
         """Prompts start at position 0, so the previous key is the row's previous column (zero for the first)."""
         self.pool.k_raw[layer, self.slots] = self._rows(k)
-        return torch.nn.functional.pad(k, (0, 0, 1, 0))[:, :, :k.size(2)]
+        return previous_in_row(k)
 
 
 class DecodeCache:

@@ -167,8 +167,8 @@ class Attention(nn.Module):
         if self.k_smear is not None:
             if cache is not None:
                 prev = cache.previous_keys(self.layer_idx, k)
-            else:  # one sequence per row from position 0: the previous key is the row's previous column
-                prev = F.pad(k, (0, 0, 1, 0))[:, :, :T] * has_prev
+            else:  # has_prev zeroes the key "before" position 0
+                prev = previous_in_row(k) * has_prev
             s = torch.sigmoid(self.k_smear).view(1, -1, 1, 1).to(k.dtype)
             k = s * k + (1 - s) * prev
         q = q * cos + rotate_half(q) * sin
@@ -182,6 +182,11 @@ class Attention(nn.Module):
             v = v.repeat_interleave(rep, dim=1)
         y = attend(q, k, v, mask)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+
+
+def previous_in_row(k):
+    """(B, H, T, D) -> each position's previous column along T, zeros before the first."""
+    return F.pad(k, (0, 0, 1, 0))[:, :, :k.size(2)]
 
 
 def attend(q, k, v, mask):
