@@ -8,7 +8,9 @@
 #
 # Sizes come from environment variables (defaults in brackets):
 #   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [6000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
-#   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [6e-3]
+#   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_INIT [induction: model-init --init; every
+#   attention head starts as a copying head, docs/sft.md; `normal` for a plain random init]
+#   RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [6e-3]
 #   RSTAR_SFT_WINDOW [1: batches are uniform draws; N > 1: batches of similar length from windows of
 #   N batches, less padding but copying formed later in every run so far, docs/sft.md]
 #   RSTAR_SFT_WARMUP [30]  RSTAR_SFT_DECAY [0.25: LR decays linearly to 2% over this last fraction
@@ -35,6 +37,7 @@ TRAIN=${RSTAR_SFT_TRAIN:-6000}
 TEST=${RSTAR_SFT_TEST:-100}
 SEED=${RSTAR_SFT_SEED:-0}
 CONFIG=${RSTAR_SFT_CONFIG:-fixtures/tiny/config.json}
+INIT=${RSTAR_SFT_INIT:-induction}
 BATCH=${RSTAR_SFT_BATCH:-8}
 LR=${RSTAR_SFT_LR:-6e-3}
 WARMUP=${RSTAR_SFT_WARMUP:-30}
@@ -64,9 +67,9 @@ if [[ ! -s $DATA/sft.jsonl ]]; then
 fi
 
 # 2. A fresh tiny model.
-step "model-init $CONFIG"
+step "model-init $CONFIG (--init $INIT)"
 rm -rf "$OUT/init" "$OUT/ckpt"
-"${RSTAR[@]}" model-init --config "$CONFIG" --out "$OUT/init" --seed "$SEED" >"$OUT/init.json"
+"${RSTAR[@]}" model-init --config "$CONFIG" --out "$OUT/init" --seed "$SEED" --init "$INIT" >"$OUT/init.json"
 
 # 3. SFT: one resident train-step; we send a batch, read its Step record, and stop at the budget.
 # The whole recipe fits RSTAR_SFT_TOTAL: training gets what the data and init left, less the eval's share.

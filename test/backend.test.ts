@@ -136,6 +136,29 @@ describe('backend: model-init and train-step CLIs', () => {
     );
   });
 
+  test('model-init --init induction: a different start from the same seed; an unknown scheme is a usage error', async () => {
+    const ind = join(dir, 'induction');
+    const cfg = join(dir, 'cfg', 'config.json');
+    const r = await rstar([
+      'model-init',
+      '--config',
+      cfg,
+      '--out',
+      ind,
+      '--seed',
+      '3',
+      '--init',
+      'induction',
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal((lines(r.stdout)[0] as { init: string }).init, 'induction');
+    const [diff] = await weightDiffs([[m0, ind]]);
+    assert.ok((diff ?? 0) > 0.01, `induction init equals the normal one (max diff ${diff})`);
+    const bad = await rstar(['model-init', '--config', cfg, '--out', join(dir, 'x'), '--init', 'xavier']);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--init.*xavier.*normal, induction/s);
+  });
+
   test('one SFT step, then a second step continues from the saved optimiser state', async () => {
     const m1 = join(dir, 'sft1');
     const m2 = join(dir, 'sft2');

@@ -1,3 +1,4 @@
+import { Option } from 'commander';
 import { execa } from 'execa';
 import { BACKEND_SCRIPT, backendEnv, backendMessage, findPython } from '../backend/python.js';
 import { DataError } from '../errors.js';
@@ -11,6 +12,14 @@ export async function run(argv: string[]): Promise<void> {
     )
     .requiredOption('--out <dir>', 'checkpoint folder to write')
     .option('--seed <n>', 'initialisation seed', integer(0), 0)
+    .addOption(
+      new Option(
+        '--init <scheme>',
+        'normal: N(0, initializer_range); induction: every attention head starts as a copying head',
+      )
+        .choices(['normal', 'induction'])
+        .default('normal'),
+    )
     .option(
       '--max-shard-bytes <n>',
       'split model.safetensors into shards of at most N bytes (0: one file)',
@@ -18,9 +27,20 @@ export async function run(argv: string[]): Promise<void> {
       0,
     );
   if (!parse(cmd, argv)) return;
-  const o = cmd.opts<{ config: string; out: string; seed: number; maxShardBytes: number }>();
+  const o = cmd.opts<{ config: string; out: string; seed: number; init: string; maxShardBytes: number }>();
   const python = await findPython();
-  const args = [BACKEND_SCRIPT, 'init', '--config', o.config, '--out', o.out, '--seed', String(o.seed)];
+  const args = [
+    BACKEND_SCRIPT,
+    'init',
+    '--config',
+    o.config,
+    '--out',
+    o.out,
+    '--seed',
+    String(o.seed),
+    '--init',
+    o.init,
+  ];
   if (o.maxShardBytes > 0) args.push('--max-shard-bytes', String(o.maxShardBytes));
   const result = await execa(python, args, { env: backendEnv(), reject: false, stdout: 'inherit' });
   if (result.exitCode !== 0) throw new DataError(backendMessage(String(result.stderr), 'model-init failed'));

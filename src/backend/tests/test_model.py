@@ -1,8 +1,15 @@
+import json
+import os
+from unittest import mock
+
 import torch
 
 from common import TempDirCase, small_model
+from rstar_backend import model as model_module
 from rstar_backend.engine import DecodeCache, KVPool, PrefillCache
-from rstar_backend.model import Rotary, rotate_half
+from rstar_backend.model import Qwen3Config, Qwen3ForCausalLM, Rotary, rotate_half
+
+TINY = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "tiny", "config.json")
 
 
 class Model(TempDirCase):
@@ -32,6 +39,56 @@ class Model(TempDirCase):
         self.assertTrue(torch.allclose(mixed[0], qwen3[0], atol=1e-5))  # the first token has no previous one
         self.assertFalse(torch.allclose(mixed[1:], qwen3[1:], atol=1e-3))
         self.assertTrue(torch.allclose(alone, qwen3, atol=1e-5))
+
+    def test_induction_init_starts_heads_as_copies_of_keys_and_values(self):
+        plain = small_model(4, rstar_key_smear=True)
+        ind = Qwen3ForCausalLM(plain.config)
+        ind.init_weights(4, "induction")
+        D = plain.config.head_dim
+        for (name, a), (_, b) in zip(plain.named_parameters(), ind.named_parameters()):
+            if not any(k in name for k in ("q_proj", "o_proj", "k_smear")):
+                self.assertTrue(torch.equal(a, b), name)  # everything else is the normal init
+        for layer in ind.model.layers:
+            at = layer.self_attn
+            self.assertTrue(torch.equal(at.k_smear, torch.full((2,), -2.0)))
+            for h in range(4):  # 4 query heads on 2 KV heads: heads 0, 1 read KV head 0
+                kv = slice((h // 2) * D, (h // 2 + 1) * D)
+                q, k = at.q_proj.weight[h * D:(h + 1) * D], at.k_proj.weight[kv]
+                o, v = at.o_proj.weight[:, h * D:(h + 1) * D], at.v_proj.weight[kv].T
+                self.assertGreater(float(torch.cosine_similarity(q.flatten(), k.flatten(), 0)), 0.8)
+                self.assertGreater(float(torch.cosine_similarity(o.flatten(), v.flatten(), 0)), 0.8)
+        with self.assertRaisesRegex(ValueError, "normal, induction"):
+            ind.init_weights(0, "xavier")
+
+    def test_induction_init_attends_to_the_token_after_an_earlier_occurrence(self):
+        # 40 distinct tokens, then a repeat of token j: an induction head looks at position j + 1
+        cfg = Qwen3Config.from_dict(json.load(open(TINY)))
+        g = torch.Generator().manual_seed(1)
+        cases = []
+        for _ in range(20):
+            toks = torch.randperm(cfg.vocab_size - 100, generator=g)[:40] + 50
+            j = int(torch.randint(0, 30, (1,), generator=g))
+            cases.append((torch.cat([toks, toks[j:j + 1]])[None], j + 1))
+        for scheme, lo, hi in (("normal", 0.0, 0.1), ("induction", 0.5, 1.0)):
+            m = Qwen3ForCausalLM(cfg)
+            m.init_weights(0, scheme)
+            hits = [self.last_row_attention_of_layer0(m, ids).argmax(-1).eq(want).float().mean() for ids, want in cases]
+            rate = float(torch.stack(hits).mean())
+            self.assertTrue(lo <= rate <= hi, (scheme, rate))
+
+    def last_row_attention_of_layer0(self, m, ids):
+        """(heads,) -> the first layer's attention weights of the last position, from inside forward."""
+        seen = []
+        real = model_module.attend
+
+        def spy(q, k, v, mask):
+            if not seen:
+                seen.append(torch.softmax((q[0, :, -1:] @ k[0].transpose(-2, -1)).squeeze(-2) / q.size(-1) ** 0.5, -1))
+            return real(q, k, v, mask)
+
+        with torch.no_grad(), mock.patch.object(model_module, "attend", spy):
+            m.eval()(ids)
+        return seen[0]
 
     def check_kv_cache_decode(self, m):
         seqs = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12, 13], [20, 21, 22, 23, 24, 25]]
