@@ -159,7 +159,7 @@ class Attention(nn.Module):
         # two-layer induction circuit forms. Not part of Qwen3; off unless config.rstar_key_smear.
         self.k_smear = nn.Parameter(torch.zeros(self.n_kv)) if cfg.rstar_key_smear else None
 
-    def forward(self, x, cos, sin, cache=None, has_prev=None):
+    def forward(self, x, cos, sin, cache=None, has_prev=None, rows=None):
         B, T, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(B, T, self.n_head, self.head_dim)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv, self.head_dim)).transpose(1, 2)
@@ -176,12 +176,53 @@ class Attention(nn.Module):
         mask = None  # None means plain causal attention over this call's own tokens
         if cache is not None:
             k, v, mask = cache.update(self.layer_idx, k, v)
+        if rows is not None:  # only attention needs the rows apart
+            q, k, v = rows.pad(q), rows.pad(k), rows.pad(v)
         rep = self.n_head // self.n_kv
         if rep > 1:
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         y = attend(q, k, v, mask)
+        if rows is not None:
+            return self.o_proj(rows.unpad(y))
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+
+
+class Rows:
+    """Right-padded rows of the given lengths, flattened to their real tokens only.
+
+    Training batches are right-padded to the longest row (a third of the tokens are padding with
+    uniformly drawn SFT batches), but only attention needs rows apart: projections, norms and the MLP
+    run on the N real tokens as one sequence (1, N, C), and attention scatters q, k, v into the padded
+    (B, H, T, D) layout and gathers its output back. Padded keys sit after every real query of their
+    row, so the causal mask already hides them."""
+
+    def __init__(self, lengths, device):
+        self.B, self.T = len(lengths), max(lengths)
+        starts = torch.tensor([0] + list(lengths[:-1]), device=device).cumsum(0)
+        self.offsets = starts  # flat index of each row's first token
+        self.positions = torch.cat([torch.arange(n, device=device) for n in lengths])[None]
+        row = torch.cat([torch.full((n,), b, device=device) for b, n in enumerate(lengths)])
+        self.index = row * self.T + self.positions[0]  # flat token -> slot in the (B * T) padded layout
+
+    def flatten(self, ids):
+        """(B, T) padded ids -> (1, N) real ids."""
+        return ids.reshape(-1).index_select(0, self.index)[None]
+
+    def flat_index(self, at):
+        """(B, R) positions within rows -> (B, R) indices among the N real tokens."""
+        return self.offsets[:, None] + at
+
+    def pad(self, t):
+        """(1, H, N, D) -> (B, H, T, D), zeros at padding."""
+        _, H, N, D = t.shape
+        out = t.new_zeros(self.B * self.T, H, D).index_copy(0, self.index, t[0].transpose(0, 1))
+        return out.view(self.B, self.T, H, D).transpose(1, 2)
+
+    def unpad(self, y):
+        """(B, H, T, D) -> (1, N, H * D)."""
+        B, H, T, D = y.shape
+        return y.transpose(1, 2).reshape(B * T, H * D).index_select(0, self.index)[None]
 
 
 def previous_in_row(k):
@@ -223,8 +264,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, cache=None, has_prev=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, has_prev)
+    def forward(self, x, cos, sin, cache=None, has_prev=None, rows=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, has_prev, rows)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -294,21 +335,31 @@ class Qwen3ForCausalLM(nn.Module):
             if at.k_smear is not None:
                 at.k_smear.fill_(smear_logit)
 
-    def forward(self, input_ids, positions=None, cache=None, logits_at=None):
+    def forward(self, input_ids, positions=None, cache=None, logits_at=None, lengths=None):
         """input_ids (B, T) -> logits (B, T, V). positions default to 0..T-1 (right-padded batches).
 
         logits_at (B, R) picks the positions whose logits are wanted (the response, the last prompt
         token), so the vocabulary projection, the biggest matmul of a small model, skips the rest.
+        lengths (B,), training only: the real length of each right-padded row, so everything but
+        attention skips the padding (Rows); the logits are the same.
         """
         B, T = input_ids.shape
-        if positions is None:
+        rows = None
+        if lengths is not None:
+            assert cache is None and positions is None, "lengths is for right-padded training batches"
+            rows = Rows(lengths, input_ids.device)
+            input_ids, positions = rows.flatten(input_ids), rows.positions
+        elif positions is None:
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.model.rotary(positions, x.dtype)
+        # smeared keys: zero the key "before" each row's first token (flat rows: each row's start)
         has_prev = (positions > 0)[:, None, :, None].to(x.dtype) if self.config.rstar_key_smear else None
         for layer in self.model.layers:
-            x = layer(x, cos, sin, cache, has_prev)
-        if logits_at is not None:
+            x = layer(x, cos, sin, cache, has_prev, rows)
+        if rows is not None:
+            x = x[0][rows.flat_index(logits_at)] if logits_at is not None else rows.pad(x[:, None])[:, 0]
+        elif logits_at is not None:
             x = x.gather(1, logits_at.unsqueeze(-1).expand(-1, -1, x.size(-1)))
         return self.lm_head(self.model.norm(x))
 

@@ -170,8 +170,8 @@ def pack(mb, device, pad_id=0):
     return d(ids), d(pos), d(tgt), d(mask), d(rollout), d(has_rollout), d(adv)
 
 
-def response_logits(model, ids, pos):
-    return model(ids, logits_at=pos)
+def response_logits(model, ids, pos, lengths):
+    return model(ids, logits_at=pos, lengths=lengths)
 
 
 class Trainer:
@@ -227,7 +227,8 @@ class Trainer:
         mbs = micro_batches(mine, a.micro_batch_tokens)
         for mb in mbs:
             ids, pos, tgt, mask, rollout, has_rollout, adv = pack(mb, self.device, self.cfg.pad_token_id)
-            logits = response_logits(self.model, ids, pos)
+            lengths = [len(s["prompt"]) + len(s["response"]) for s in mb]
+            logits = response_logits(self.model, ids, pos, lengths)
             logp = token_logprobs(logits, tgt)
             with torch.no_grad():
                 ent = entropy_from_logits(logits)
@@ -247,7 +248,7 @@ class Trainer:
                 kl_old = torch.zeros_like(logp)
             if self.ref is not None:
                 with torch.no_grad():
-                    ref_lp = token_logprobs(response_logits(self.ref, ids, pos), tgt)
+                    ref_lp = token_logprobs(response_logits(self.ref, ids, pos, lengths), tgt)
                 d = (ref_lp - logp).clamp(-20, 20)
                 kl = (torch.exp(d) - d - 1).clamp(-10, 10)  # k3 estimator ("low_var_kl")
                 tok = tok + a.kl_coef * kl

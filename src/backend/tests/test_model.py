@@ -40,6 +40,30 @@ class Model(TempDirCase):
         self.assertFalse(torch.allclose(mixed[1:], qwen3[1:], atol=1e-3))
         self.assertTrue(torch.allclose(alone, qwen3, atol=1e-5))
 
+    def test_lengths_skip_padding_with_the_same_logits_and_gradients(self):
+        for smear in (False, True):
+            m = small_model(5, rstar_key_smear=smear)
+            lengths = [7, 3, 5]
+            ids = torch.zeros(3, 7, dtype=torch.long)
+            for i, n in enumerate(lengths):
+                ids[i, :n] = torch.randint(1, 64, (n,))
+            at = torch.tensor([[2, 6], [0, 2], [3, 4]])
+            grads = []
+            for kw in ({}, {"lengths": lengths}):
+                m.zero_grad()
+                out = m(ids, logits_at=at, **kw)
+                out.logsumexp(-1).sum().backward()
+                grads.append((out.detach(), [p.grad.clone() for p in m.parameters()]))
+                full = m(ids, **kw).detach()  # every position; only real ones are compared
+                if kw:
+                    for i, n in enumerate(lengths):
+                        self.assertTrue(torch.allclose(full[i, :n], plain_full[i, :n], atol=1e-5))
+                plain_full = full
+            (a, ga), (b, gb) = grads
+            self.assertTrue(torch.allclose(a, b, atol=1e-5))
+            for x, y in zip(ga, gb):
+                self.assertTrue(torch.allclose(x, y, atol=1e-5))
+
     def test_induction_init_starts_heads_as_copies_of_keys_and_values(self):
         plain = small_model(4, rstar_key_smear=True)
         ind = Qwen3ForCausalLM(plain.config)
