@@ -10,7 +10,8 @@
 #   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [6000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
 #   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_INIT [induction: model-init --init; every
 #   attention head starts as a copying head, docs/sft.md; `normal` for a plain random init]
-#   RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [6e-3]
+#   RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [6e-3]  RSTAR_SFT_NPROC [2 on a machine with 2 or more cores:
+#   train-step --nproc, data-parallel ranks of one thread each, ~15% faster here than one 2-thread rank]
 #   RSTAR_SFT_WINDOW [1: batches are uniform draws; N > 1: batches of similar length from windows of
 #   N batches, less padding but copying formed later in every run so far, docs/sft.md]
 #   RSTAR_SFT_WARMUP [30]  RSTAR_SFT_DECAY [0.25: LR decays linearly to 2% over this last fraction
@@ -38,6 +39,7 @@ TEST=${RSTAR_SFT_TEST:-100}
 SEED=${RSTAR_SFT_SEED:-0}
 CONFIG=${RSTAR_SFT_CONFIG:-fixtures/tiny/config.json}
 INIT=${RSTAR_SFT_INIT:-induction}
+NPROC=${RSTAR_SFT_NPROC:-$(($(nproc) >= 2 ? 2 : 1))}
 BATCH=${RSTAR_SFT_BATCH:-8}
 LR=${RSTAR_SFT_LR:-6e-3}
 WARMUP=${RSTAR_SFT_WARMUP:-30}
@@ -75,10 +77,10 @@ rm -rf "$OUT/init" "$OUT/ckpt"
 # The whole recipe fits RSTAR_SFT_TOTAL: training gets what the data and init left, less the eval's share.
 SECONDS_BUDGET=${RSTAR_SFT_SECONDS:-$(awk -v a="$recipe_start" -v b="$EPOCHREALTIME" -v t="$TOTAL" -v r="$EVAL_RESERVE" \
   'BEGIN { s = t - (b - a) - r; printf "%d", (s < 60 ? 60 : s) }')}
-step "train-step --loss sft (batch $BATCH, lr $LR, ${SECONDS_BUDGET}s budget)"
+step "train-step --loss sft (batch $BATCH, lr $LR, $NPROC ranks, ${SECONDS_BUDGET}s budget)"
 : >"$OUT/metrics.jsonl"
 coproc TRAIN { "${RSTAR[@]}" train-step --loss sft --follow --model "$OUT/init" --out "$OUT/ckpt" \
-  --lr "$LR" --warmup-steps "$WARMUP" --seed "$SEED" 2>"$OUT/train.log"; }
+  --lr "$LR" --warmup-steps "$WARMUP" --seed "$SEED" --nproc "$NPROC" 2>"$OUT/train.log"; }
 train_in=${TRAIN[1]}
 train_out=${TRAIN[0]}
 train_pid=$TRAIN_PID

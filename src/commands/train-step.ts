@@ -1,5 +1,6 @@
 import { once } from 'node:events';
 import { type AddressInfo, createServer } from 'node:net';
+import { availableParallelism } from 'node:os';
 import type { Writable } from 'node:stream';
 import { execa } from 'execa';
 import { readCheckpointConfig } from '../backend/checkpoint.js';
@@ -87,7 +88,11 @@ async function freePort(): Promise<number> {
  */
 async function distributedEnv(n: number): Promise<NodeJS.ProcessEnv[]> {
   const port = String(await freePort());
+  // As torchrun does: ranks share the host's cores instead of each starting one thread per core
+  // (OpenBLAS reads OMP_NUM_THREADS too). A value already set wins.
+  const threads = process.env.OMP_NUM_THREADS ?? String(Math.max(1, Math.floor(availableParallelism() / n)));
   return Array.from({ length: n }, (_, rank) => ({
+    OMP_NUM_THREADS: threads,
     RANK: String(rank),
     LOCAL_RANK: String(rank),
     WORLD_SIZE: String(n),
