@@ -10,7 +10,7 @@
 #   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [6000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
 #   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_INIT [induction: model-init --init; every
 #   attention head starts as a copying head, docs/sft.md; `normal` for a plain random init]
-#   RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [6e-3]  RSTAR_SFT_NPROC [2 on a machine with 2 or more cores:
+#   RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [4e-3]  RSTAR_SFT_NPROC [2 on a machine with 2 or more cores:
 #   train-step --nproc, data-parallel ranks of one thread each, ~15% faster here than one 2-thread rank]
 #   RSTAR_SFT_WINDOW [1: batches are uniform draws; N > 1: batches of similar length from windows of
 #   N batches, less padding but copying formed later in every run so far, docs/sft.md]
@@ -41,7 +41,7 @@ CONFIG=${RSTAR_SFT_CONFIG:-fixtures/tiny/config.json}
 INIT=${RSTAR_SFT_INIT:-induction}
 NPROC=${RSTAR_SFT_NPROC:-$(($(nproc) >= 2 ? 2 : 1))}
 BATCH=${RSTAR_SFT_BATCH:-8}
-LR=${RSTAR_SFT_LR:-6e-3}
+LR=${RSTAR_SFT_LR:-4e-3}
 WARMUP=${RSTAR_SFT_WARMUP:-30}
 WINDOW=${RSTAR_SFT_WINDOW:-1}
 DECAY=${RSTAR_SFT_DECAY:-0.25}
