@@ -13,8 +13,8 @@
 #   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run).
 # The SFT stage is sft.sh's 8-minute default (RSTAR_SFT_TOTAL 480): with the induction init the tiny
-# model copies numbers within a few hundred steps, so it leaves SFT competent but imperfect (docs/sft.md
-# run C: 21.5% correct at temperature 1), and RoC groups have mixed rewards for RL to learn from.
+# model copies numbers within ~100 steps and leaves SFT competent (docs/sft.md run D: 93% correct at
+# temperature 1, so only some RoC groups have mixed rewards for RL to learn from).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=recipes/lib.sh

@@ -15,7 +15,7 @@ export async function run(argv: string[]): Promise<void> {
     .addOption(
       new Option(
         '--init <scheme>',
-        'normal: N(0, initializer_range); induction: every attention head starts as a copying head',
+        'normal: N(0, initializer_range); induction: heads above the first layer start as copying heads',
       )
         .choices(['normal', 'induction'])
         .default('normal'),

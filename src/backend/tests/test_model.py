@@ -70,9 +70,9 @@ class Model(TempDirCase):
         ind.init_weights(4, "induction")
         D = plain.config.head_dim
         for (name, a), (_, b) in zip(plain.named_parameters(), ind.named_parameters()):
-            if not any(k in name for k in ("q_proj", "o_proj", "k_smear")):
-                self.assertTrue(torch.equal(a, b), name)  # everything else is the normal init
-        for layer in ind.model.layers:
+            if "layers.0." in name or not any(k in name for k in ("q_proj", "o_proj", "k_smear")):
+                self.assertTrue(torch.equal(a, b), name)  # the first layer and all else: the normal init
+        for layer in ind.model.layers[1:]:
             at = layer.self_attn
             self.assertTrue(torch.equal(at.k_smear, torch.full((2,), -2.0)))
             for h in range(4):  # 4 query heads on 2 KV heads: heads 0, 1 read KV head 0
@@ -85,7 +85,8 @@ class Model(TempDirCase):
             ind.init_weights(0, "xavier")
 
     def test_induction_init_attends_to_the_token_after_an_earlier_occurrence(self):
-        # 40 distinct tokens, then a repeat of token j: an induction head looks at position j + 1
+        # 40 distinct tokens, then a repeat of token j: an induction head (layer 1; layer 0 keeps the
+        # normal init) looks at position j + 1: 37-44% of heads and cases (seeds 0-2), 1-3% with the normal init
         cfg = Qwen3Config.from_dict(json.load(open(TINY)))
         g = torch.Generator().manual_seed(1)
         cases = []
@@ -93,26 +94,26 @@ class Model(TempDirCase):
             toks = torch.randperm(cfg.vocab_size - 100, generator=g)[:40] + 50
             j = int(torch.randint(0, 30, (1,), generator=g))
             cases.append((torch.cat([toks, toks[j:j + 1]])[None], j + 1))
-        for scheme, lo, hi in (("normal", 0.0, 0.1), ("induction", 0.5, 1.0)):
+        for scheme, lo, hi in (("normal", 0.0, 0.1), ("induction", 0.25, 1.0)):
             m = Qwen3ForCausalLM(cfg)
             m.init_weights(0, scheme)
-            hits = [self.last_row_attention_of_layer0(m, ids).argmax(-1).eq(want).float().mean() for ids, want in cases]
+            hits = [self.last_row_attention_of_layer1(m, ids).argmax(-1).eq(want).float().mean() for ids, want in cases]
             rate = float(torch.stack(hits).mean())
             self.assertTrue(lo <= rate <= hi, (scheme, rate))
 
-    def last_row_attention_of_layer0(self, m, ids):
-        """(heads,) -> the first layer's attention weights of the last position, from inside forward."""
+    def last_row_attention_of_layer1(self, m, ids):
+        """(heads, T) -> the second layer's attention weights of the last position, from inside forward."""
         seen = []
         real = model_module.attend
 
         def spy(q, k, v, mask):
-            if not seen:
+            if len(seen) < 2:
                 seen.append(torch.softmax((q[0, :, -1:] @ k[0].transpose(-2, -1)).squeeze(-2) / q.size(-1) ** 0.5, -1))
             return real(q, k, v, mask)
 
         with torch.no_grad(), mock.patch.object(model_module, "attend", spy):
             m.eval()(ids)
-        return seen[0]
+        return seen[1]
 
     def check_kv_cache_decode(self, m):
         seqs = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12, 13], [20, 21, 22, 23, 24, 25]]
