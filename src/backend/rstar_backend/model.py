@@ -215,7 +215,7 @@ class Rows:
 
     def pad(self, t):
         """(1, H, N, D) -> (B, H, T, D), zeros at padding."""
-        _, H, N, D = t.shape
+        _, H, _, D = t.shape
         out = t.new_zeros(self.B * self.T, H, D).index_copy(0, self.index, t[0].transpose(0, 1))
         return out.view(self.B, self.T, H, D).transpose(1, 2)
 
