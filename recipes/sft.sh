@@ -8,8 +8,8 @@
 #
 # Sizes come from environment variables (defaults in brackets):
 #   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [6000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
-#   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_INIT [induction: model-init --init; every
-#   attention head starts as a copying head, docs/sft.md; `normal` for a plain random init]
+#   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_INIT [induction: model-init --init; heads
+#   above the first layer start as copying heads, docs/sft.md; `normal` for a plain random init]
 #   RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [4e-3]  RSTAR_SFT_NPROC [2 on a machine with 2 or more cores:
 #   train-step --nproc, data-parallel ranks of one thread each, ~15% faster here than one 2-thread rank]
 #   RSTAR_SFT_WINDOW [1: batches are uniform draws; N > 1: batches of similar length from windows of

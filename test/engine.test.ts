@@ -310,8 +310,7 @@ describe('engine-serve: agreement with the trainer', () => {
         'seqs = [{"prompt": r["prompt_ids"], "response": r["response_ids"], "mask": r["loss_mask"],',
         '         "logprobs": None, "advantage": 0.0} for r in recs]',
         'm = load_model(sys.argv[2])',
-        'ids, pos, tgt, mask, valid, *_ = pack(seqs, torch.device("cpu"))',
-        'lengths = [len(s["prompt"]) + len(s["response"]) for s in seqs]',
+        'ids, pos, tgt, *_, lengths = pack(seqs, torch.device("cpu"))',
         'with torch.no_grad(): lp = token_logprobs(response_logits(m, ids, pos, lengths), tgt)',
         'print(json.dumps([lp[i, :len(s["response"])].tolist() for i, s in enumerate(seqs)]))',
       ].join('\n');

@@ -199,8 +199,7 @@ class Rows:
 
     def __init__(self, lengths, device):
         self.B, self.T = len(lengths), max(lengths)
-        starts = torch.tensor([0] + list(lengths[:-1]), device=device).cumsum(0)
-        self.offsets = starts  # flat index of each row's first token
+        self.offsets = torch.tensor([0] + list(lengths[:-1]), device=device).cumsum(0)  # each row's first token
         self.positions = torch.cat([torch.arange(n, device=device) for n in lengths])[None]
         row = torch.cat([torch.full((n,), b, device=device) for b, n in enumerate(lengths)])
         self.index = row * self.T + self.positions[0]  # flat token -> slot in the (B * T) padded layout

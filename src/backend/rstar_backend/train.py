@@ -138,8 +138,10 @@ def pack(mb, device, pad_id=0):
 
     Only tokens with loss_mask 1 get a logit: every loss term and metric is masked anyway, and the
     vocabulary projection (and its softmax) is the biggest cost of a small model, so tool responses
-    and padding never reach it. Column j of the outputs is the j-th loss token of a sequence."""
-    T = max(len(s["prompt"]) + len(s["response"]) for s in mb)
+    and padding never reach it. Column j of the outputs is the j-th loss token of a sequence; the last
+    value is each row's real length (the forward's `lengths`)."""
+    lengths = [len(s["prompt"]) + len(s["response"]) for s in mb]
+    T = max(lengths)
     keeps = []
     for s in mb:
         first = 0 if s["prompt"] else 1  # nothing predicts the first token of a prompt-less sequence
@@ -167,7 +169,7 @@ def pack(mb, device, pad_id=0):
             has_rollout[i, :k] = 1.0
         adv[i, 0] = s["advantage"]
     d = lambda t: t.to(device)
-    return d(ids), d(pos), d(tgt), d(mask), d(rollout), d(has_rollout), d(adv)
+    return d(ids), d(pos), d(tgt), d(mask), d(rollout), d(has_rollout), d(adv), lengths
 
 
 def response_logits(model, ids, pos, lengths):
@@ -226,8 +228,7 @@ class Trainer:
         self.opt.zero_grad(set_to_none=False)
         mbs = micro_batches(mine, a.micro_batch_tokens)
         for mb in mbs:
-            ids, pos, tgt, mask, rollout, has_rollout, adv = pack(mb, self.device, self.cfg.pad_token_id)
-            lengths = [len(s["prompt"]) + len(s["response"]) for s in mb]
+            ids, pos, tgt, mask, rollout, has_rollout, adv, lengths = pack(mb, self.device, self.cfg.pad_token_id)
             logits = response_logits(self.model, ids, pos, lengths)
             logp = token_logprobs(logits, tgt)
             with torch.no_grad():
