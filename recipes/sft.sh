@@ -7,7 +7,7 @@
 #   RSTAR_SFT_QUICK=1 bash recipes/sft.sh /tmp/sft-ci   # CI: a minute or two, checks the loop runs
 #
 # Sizes come from environment variables (defaults in brackets):
-#   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [6000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
+#   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [5000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
 #   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_INIT [induction: model-init --init; heads
 #   above the first layer start as copying heads, docs/sft.md; `normal` for a plain random init]
 #   RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [4e-3]  RSTAR_SFT_NPROC [2 on a machine with 2 or more cores:
@@ -17,9 +17,9 @@
 #   RSTAR_SFT_WARMUP [30]  RSTAR_SFT_DECAY [0.25: LR decays linearly to 2% over this last fraction
 #   of the budget; 0 = constant]  RSTAR_SFT_TOTAL [480: wall-clock seconds for the whole recipe]
 #   RSTAR_SFT_SECONDS [the training loop's budget; default: what RSTAR_SFT_TOTAL leaves after the data
-#   and model-init, minus RSTAR_SFT_EVAL_RESERVE (45) for the evaluation]
+#   and model-init, minus RSTAR_SFT_EVAL_RESERVE (70) for the evaluation]
 #   RSTAR_SFT_MAX_STEPS [0: no limit]  RSTAR_SFT_CKPT_EVERY [500]  RSTAR_SFT_EVAL_N [2: samples per
-#   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [256]  RSTAR_SFT_DATA [reuse a built data folder]
+#   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [384: above the longest demonstration, ~300]  RSTAR_SFT_DATA [reuse a built data folder]
 #   RSTAR_SFT_TEMPLATE [fixtures/curriculum/tiny.jinja; `rstar2` for the release's full prompt]
 #   RSTAR_SFT_PYTHON [1: run the curriculum's code with a plain python3 instead of the sandbox]
 set -euo pipefail
@@ -34,7 +34,7 @@ if [[ $QUICK == 1 ]]; then
   : "${RSTAR_SFT_EVAL_N:=1}" "${RSTAR_SFT_CKPT_EVERY:=2}" "${RSTAR_SFT_EVAL_TOKENS:=64}"
 fi
 CURRICULUM=${RSTAR_SFT_CURRICULUM:-mix}
-TRAIN=${RSTAR_SFT_TRAIN:-6000}
+TRAIN=${RSTAR_SFT_TRAIN:-5000}
 TEST=${RSTAR_SFT_TEST:-100}
 SEED=${RSTAR_SFT_SEED:-0}
 CONFIG=${RSTAR_SFT_CONFIG:-fixtures/tiny/config.json}
@@ -46,12 +46,12 @@ WARMUP=${RSTAR_SFT_WARMUP:-30}
 WINDOW=${RSTAR_SFT_WINDOW:-1}
 DECAY=${RSTAR_SFT_DECAY:-0.25}
 TOTAL=${RSTAR_SFT_TOTAL:-480}
-EVAL_RESERVE=${RSTAR_SFT_EVAL_RESERVE:-45}
+EVAL_RESERVE=${RSTAR_SFT_EVAL_RESERVE:-70}
 recipe_start=$EPOCHREALTIME
 MAX_STEPS=${RSTAR_SFT_MAX_STEPS:-0}
 CKPT_EVERY=${RSTAR_SFT_CKPT_EVERY:-500}
 EVAL_N=${RSTAR_SFT_EVAL_N:-2}
-EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-256}
+EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-384}
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 
 mkdir -p "$OUT"

@@ -25,6 +25,11 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/** The boxed answer at the end of a demonstration. */
+function fixedAnswer(text: string): string {
+  return /\\boxed\{(-?\d+)\}<\/answer><\|im_end\|>$/.exec(text)?.[1] ?? '(none)';
+}
+
 describe('synthetic curriculum', () => {
   it('gives seeded, duplicate-free, disjoint train and test sets', () => {
     for (const name of CURRICULA) {
@@ -52,7 +57,8 @@ describe('synthetic curriculum', () => {
   });
 
   it('answers are right: each family’s programs, run in the sandbox, print the computed answer', async () => {
-    const tasks = Object.keys(FAMILIES).flatMap((name) => split(name, { train: 6, test: 0, seed: 1 }).train);
+    // 30 per family reaches every wording of every family (at most 6 each) with near certainty.
+    const tasks = Object.keys(FAMILIES).flatMap((name) => split(name, { train: 30, test: 0, seed: 1 }).train);
     const results = await runner.run(tasks.map((t) => ({ code: t.code, input: t.input })));
     tasks.forEach((t, i) => {
       assert.equal(results[i].run_success, true, `${t.prompt}: ${results[i].stderr}`);
@@ -93,6 +99,52 @@ describe('synthetic curriculum', () => {
     for (const r of fixed) {
       assert.match(r.text, /(NameError|SyntaxError)/);
       assert.match(r.text, /The code has an error\. I will fix it\.<\/reason>/);
+      // The slipped call is in the context but not in the loss; the fix and the answer are.
+      const learnt = ctx.tokenizer.decode(r.response_ids.filter((_, j) => r.loss_mask[j] === 1));
+      assert.ok(!/prnt\(|pritn\(/.test(learnt), learnt);
+      assert.ok(learnt.startsWith('The code has an error. I will fix it.</reason>'), learnt);
+      assert.ok(learnt.endsWith(`<answer>\\boxed{${fixedAnswer(r.text)}}</answer><|im_end|>`), learnt);
+    }
+    // --slip-loss: the same demonstrations, the slipped call trained on as well.
+    const withSlips = await demonstrations(tasks, runner, renderer, {
+      errorRate: 0.5,
+      slipLoss: true,
+      seed: 3,
+      name: 'mix',
+    });
+    // (Tool responses carry real execution times, so only the masks are compared.)
+    const ones = (mask: number[]) => mask.filter((m) => m === 1).length;
+    withSlips.records.forEach((r, i) => {
+      const extra = ones(r.loss_mask) - ones(records[i].loss_mask);
+      assert.equal(extra > 0, r.text.includes('Tool call failure'), r.text);
+      assert.ok(extra >= 0);
+    });
+  });
+
+  it('words problems several ways: operation and operand order come from the wording', () => {
+    const tasks = Object.keys(FAMILIES).flatMap(
+      (name) => split(name, { train: 200, test: 0, seed: 4 }).train,
+    );
+    const subtractFrom = tasks.filter((t) => t.prompt.startsWith('Subtract '));
+    assert.ok(subtractFrom.length > 0);
+    for (const t of subtractFrom) {
+      const [, b, a] = /^Subtract (\d+) from (\d+)\.$/.exec(t.prompt) ?? [];
+      assert.equal(t.code, `print(${a} - ${b})`);
+    }
+    const needs = tasks.filter((t) => / but needs /.test(t.prompt));
+    assert.ok(needs.length > 0);
+    for (const t of needs) {
+      const [, b, a] = / has (\d+) \w+ but needs (\d+)\./.exec(t.prompt) ?? [];
+      assert.equal(t.code, `print(${a} - ${b})`);
+    }
+    const families = new Set(tasks.map((t) => t.family));
+    assert.deepEqual([...families].sort(), Object.keys(FAMILIES).sort());
+    // Each family words its problems at least four ways (numbers replaced by N).
+    for (const name of Object.keys(FAMILIES)) {
+      const shapes = new Set(
+        tasks.filter((t) => t.family === name).map((t) => t.prompt.replace(/\d+/g, 'N')),
+      );
+      assert.ok(shapes.size >= 4, `${name}: ${[...shapes].join(' | ')}`);
     }
   });
 

@@ -20,6 +20,7 @@ interface Options {
   test: number;
   seed: number;
   errorRate: number;
+  slipLoss?: boolean;
   out?: string;
   testOut?: string;
   tokenizer: string;
@@ -57,6 +58,7 @@ async function synthetic(name: string, opts: Options, renderer: ConversationRend
   try {
     built = await demonstrations(tasks.train, runner, renderer, {
       errorRate: opts.errorRate,
+      slipLoss: opts.slipLoss === true,
       seed: opts.seed,
       name,
     });
@@ -101,6 +103,7 @@ export async function run(argv: string[]): Promise<void> {
       number(0, 1),
       0.15,
     )
+    .option('--slip-loss', 'synthetic: train on the failing first call too (default: loss only on the fix)')
     .option('--out <dir>', 'synthetic: write sft.jsonl, train-problems.jsonl, test-problems.jsonl there')
     .option('--test-out <file>', 'synthetic: write the held-out Problems there')
     .option('--tokenizer <dir>', 'tokenizer folder (or qwen3)', TINY)

@@ -65,6 +65,12 @@ export function problemOf(task: Task, name: string, split: 'train' | 'test'): Pr
 export interface DemoOptions {
   /** Fraction of demonstrations whose first call fails and is fixed after the traceback. */
   errorRate: number;
+  /**
+   * Train on the slipped first call too. Off by default: the loss then teaches reading the
+   * traceback and fixing the call, not making the slip (a model that learnt the slip repeats it
+   * at about errorRate when sampled, spending budget on a call it knew how to write).
+   */
+  slipLoss?: boolean;
   seed: number;
   name: string;
 }
@@ -83,7 +89,7 @@ export async function demonstrations(
   tasks: Task[],
   runner: ToolRunner,
   renderer: ConversationRenderer,
-  { errorRate, seed, name }: DemoOptions,
+  { errorRate, slipLoss = false, seed, name }: DemoOptions,
 ): Promise<{ records: SftRecord[]; failedFirst: number }> {
   const rng = new Rng(seed ^ 0x5f3759df);
   const broken = tasks.map((t) => (rng.next() < errorRate ? brokenCode(t.code, rng) : undefined));
@@ -127,6 +133,12 @@ export async function demonstrations(
         `curriculum bug: ${JSON.stringify(task.prompt)}: replay ended with ${trajectory.finish}`,
       );
     }
+    const lossMask = trajectory.loss_mask;
+    if (assistant.length > 2 && !slipLoss) {
+      // The first assistant turn is the slip: the first run of 1s in the mask.
+      let j = lossMask.indexOf(1);
+      while (j >= 0 && j < lossMask.length && lossMask[j] === 1) lossMask[j++] = 0;
+    }
     const problem = problemOf(task, name, 'train');
     records.push({
       v: 1,
@@ -134,7 +146,7 @@ export async function demonstrations(
       problem_id: problem.id,
       prompt_ids: trajectory.prompt_ids,
       response_ids: trajectory.response_ids,
-      loss_mask: trajectory.loss_mask,
+      loss_mask: lossMask,
       text: trajectory.text,
       answer: task.answer,
       source: problem.source as string,
