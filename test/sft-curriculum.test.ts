@@ -54,6 +54,13 @@ describe('synthetic curriculum', () => {
   it('has no trivially guessable answers (a count of 0 whatever the bound)', () => {
     const counts = split('count', { train: 300, test: 0, seed: 5 }).train;
     assert.ok(counts.every((t) => Number(t.answer) > 0));
+    // Nor a condition that names one divisor twice (seed 1 drew "both 18 and 18" before the fix).
+    const both = split('mix', { train: 5000, test: 0, seed: 1 }).train.filter((t) => / both /.test(t.prompt));
+    assert.ok(both.length > 0);
+    for (const t of both) {
+      const [, a, b] = /both (\d+) and (\d+)\?/.exec(t.prompt) ?? [];
+      assert.notEqual(a, b, t.prompt);
+    }
   });
 
   it('answers are right: each family’s programs, run in the sandbox, print the computed answer', async () => {
@@ -121,7 +128,7 @@ describe('synthetic curriculum', () => {
     });
   });
 
-  it('words problems several ways: operation and operand order come from the wording', () => {
+  it('each family words its problems several ways: operation and operand order come from the wording', () => {
     const tasks = Object.keys(FAMILIES).flatMap(
       (name) => split(name, { train: 200, test: 0, seed: 4 }).train,
     );

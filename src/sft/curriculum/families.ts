@@ -121,6 +121,8 @@ function count(rng: Rng): Task {
   if (kind === 2) {
     // Both divide i exactly when lcm(a, b) does: keep lcm(a, b) <= n so the count is never 0.
     while ((a * b) / gcd(a, b) > n) b = rng.int(2, 19);
+    // A redraw can land on a ("both 7 and 7"); no new draw, so the rest of the stream is unchanged.
+    if (b === a) b = a === 2 ? 3 : 2;
     return task(
       `How many integers from 1 to ${n} are divisible by both ${a} and ${b}?`,
       (i) => i % a === 0 && i % b === 0,

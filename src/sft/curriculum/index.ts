@@ -121,7 +121,8 @@ export async function demonstrations(
         toolResults.push(first);
       }
     }
-    const retry = assistant.length > 0 ? 'The code has an error. I will fix it.' : task.reason;
+    const slipped = assistant.length > 0;
+    const retry = slipped ? 'The code has an error. I will fix it.' : task.reason;
     assistant.push(
       renderer.assistantText(`${retry}</reason>`, [call(task.code, task.input)]),
       `The tool printed the answer.</reason>\n<answer>\\boxed{${printed}}</answer>`,
@@ -134,10 +135,9 @@ export async function demonstrations(
       );
     }
     const lossMask = trajectory.loss_mask;
-    if (assistant.length > 2 && !slipLoss) {
-      // The first assistant turn is the slip: the first run of 1s in the mask.
-      let j = lossMask.indexOf(1);
-      while (j >= 0 && j < lossMask.length && lossMask[j] === 1) lossMask[j++] = 0;
+    if (slipped && !slipLoss) {
+      // The slipped call is the first assistant turn: the first run of 1s in the mask.
+      for (let j = lossMask.indexOf(1); j >= 0 && lossMask[j] === 1; j++) lossMask[j] = 0;
     }
     const problem = problemOf(task, name, 'train');
     records.push({
