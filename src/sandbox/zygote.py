@@ -688,6 +688,44 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode):
     respond(call_id, os.waitstatus_to_exitcode(status), cost, timed_out, output_exceeded, None, kept[out_r], kept[err_r])
 
 
+HUGE_PAGE = 2 << 20
+MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25
+
+
+def collapse_into_huge_pages():
+    """Backs the warm interpreter's heap with transparent huge pages (MADV_COLLAPSE, Linux 6.1+).
+    A fork copies one page-table entry per 2 MiB instead of 512, and the child's exit tears down
+    as few: for an executor with numpy and sympy loaded (~55 MiB of heap) that is ~0.7 ms of the
+    ~3.5 ms a trivial call costs. A child's first write to a shared huge page still copies only
+    the 4 KiB it touches (the kernel splits the mapping in the child). Older kernels, or
+    transparent huge pages set to `never`, refuse the advice: the executor then runs as before.
+    Only private, writable, anonymous mappings of at least one aligned 2 MiB span are advised,
+    and none whose pages must not reach a child (the call buffers: wipe-on-fork, dont-fork)."""
+    madvise = libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    try:
+        with open('/proc/self/smaps') as f:
+            smaps = f.read().splitlines()
+    except OSError:
+        return
+    spans = []
+    for line in smaps:
+        fields = line.split()
+        if '-' in fields[0] and len(fields) >= 5 and ':' not in fields[0]:
+            lo, hi = (int(x, 16) for x in fields[0].split('-'))
+            name = fields[5] if len(fields) > 5 else ''
+            private_rw = fields[1][:2] == 'rw' and fields[1][3] == 'p'
+            spans.append([lo, hi, private_rw and name in ('', '[heap]')])
+        elif fields[0] == 'VmFlags:' and spans and ('wf' in fields or 'dc' in fields):
+            spans[-1][2] = False
+    for lo, hi, eligible in spans:
+        start = (lo + HUGE_PAGE - 1) // HUGE_PAGE * HUGE_PAGE
+        end = hi // HUGE_PAGE * HUGE_PAGE
+        if eligible and end > start:
+            madvise(start, end - start, MADV_HUGEPAGE)
+            madvise(start, end - start, MADV_COLLAPSE)
+
+
 def main():
     # EPIPE instead of death: writing a request to a prepared child that died must not kill the
     # executor (and a closed control pipe still ends it, through the exception).
@@ -697,6 +735,7 @@ def main():
     # then never walks (and copy-on-write duplicates) the warm interpreter's objects.
     gc.collect()
     gc.freeze()
+    collapse_into_huge_pages()
     ready = '\n'.join(PRELOAD_ERRORS)
     respond(0, 0, 0.0, error=ready) if ready else respond(0)
     prepare()
