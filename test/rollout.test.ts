@@ -191,6 +191,33 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
     }
   });
 
+  it('--prior: earlier trajectories set the start order over the whole batch', async () => {
+    // p2 runs long: its first turn says much more before calling the tool.
+    const long = `${'Let me think about this carefully. '.repeat(12)}${CALL}`;
+    const engine = await fake({ byPrompt: [{ match: 'variant 2', turns: [long, ANSWER] }] });
+    const file = join(dir, 'prior-problems.jsonl');
+    writeFileSync(file, ndjson(problems(4)));
+    const args = ['rollout', '--problems', file, '--engine', engine.url, '--sandbox', sandbox.url];
+    args.push('--tokenizer', TINY, '--n', '2', '--concurrency', '1');
+    // One trajectory under way at a time, so the output order is the start order.
+    const earlier = await rstar(args);
+    assert.equal(earlier.code, 0, earlier.stderr);
+    const probed = lines<{ id: string }>(earlier.stdout).map((t) => t.id);
+    assert.deepEqual(probed.slice(0, 4), ['p0/0', 'p1/0', 'p2/0', 'p3/0'], 'without a prior: one probe each');
+    const prior = join(dir, 'prior.jsonl');
+    writeFileSync(prior, earlier.stdout);
+    const r = await rstar([...args, '--prior', prior]);
+    assert.equal(r.code, 0, r.stderr);
+    const ids = lines<{ id: string }>(r.stdout).map((t) => t.id);
+    assert.deepEqual(ids.slice(0, 2), ['p2/0', 'p2/1'], 'the problem that ran longest starts first');
+    assert.equal(new Set(ids).size, 8);
+    // A bad prior file is named with its line.
+    writeFileSync(prior, `${earlier.stdout.split('\n')[0]}\n{"v": 1}\n`);
+    const bad = await rstar([...args, '--prior', prior]);
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /prior\.jsonl:2/);
+  });
+
   it('resumes a killed run without redoing or duplicating finished trajectories', async () => {
     const engine = await fake({ baseMs: 150 });
     const file = join(dir, 'resume-problems.jsonl');

@@ -324,4 +324,28 @@ describe('KV-cache-aware scheduler', () => {
       assert.equal(st.inflight, 0);
     }
   });
+  it('keeps at most maxActive trajectories under way and starts the next in its start order', () => {
+    // Four problems of two samples, submitted in order; a prior ranks problem 3, then 1, longest.
+    const rank = [1, 5, 2, 9];
+    for (const policy of ['kv', 'round-robin'] as const) {
+      const s = new Scheduler([100_000], { clock: () => 0, policy, maxActive: 2, prior: (g) => rank[g] });
+      for (let g = 0; g < 4; g++) for (let k = 0; k < 2; k++) s.submit(turn(`p${g}/${k}`, 100, 100, g));
+      const first = s.poll().map((a) => a.request.key);
+      assert.deepEqual(first, policy === 'kv' ? ['p3/0', 'p3/1'] : ['p0/0', 'p0/1']);
+      assert.equal(s.active, 2);
+      assert.deepEqual(s.poll(), [], `${policy}: no third trajectory while two are under way`);
+      // A later turn of a trajectory under way is not held back by the cap.
+      s.submit(turn(first[0], 300, 100, Number(first[0][1])));
+      assert.deepEqual(
+        s.poll().map((a) => a.request.key),
+        [first[0]],
+      );
+      s.forget(first[1]);
+      assert.deepEqual(
+        s.poll().map((a) => a.request.key),
+        ['p1/0'],
+      );
+      assert.equal(s.active, 2);
+    }
+  });
 });

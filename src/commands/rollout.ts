@@ -4,6 +4,7 @@ import { UsageError } from '../errors.js';
 import { openOutput, readAll } from '../ndjson/index.js';
 import { collect, integer, interactive, number, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
+import { Trajectory } from '../records/trajectory.js';
 import {
   type EngineClient,
   type EngineKind,
@@ -15,6 +16,7 @@ import {
   rollout,
 } from '../rollout/index.js';
 import { finishedIds } from '../rollout/resume.js';
+import { lengthsByProblem } from '../rollout/scheduler-prior.js';
 import { startSandbox } from '../sandbox/embedded.js';
 
 interface Flags {
@@ -42,6 +44,7 @@ interface Flags {
   scrapeMs: number;
   timeout: number;
   compat: 'strict' | 'rstar';
+  prior?: string;
 }
 
 function progressLine(p: RolloutProgress): string {
@@ -81,6 +84,10 @@ export async function run(argv: string[]): Promise<void> {
       256,
     )
     .addOption(new Option('--schedule <policy>', 'engine choice').choices([...POLICIES]).default('kv'))
+    .option(
+      '--prior <file>',
+      'earlier trajectories (NDJSON, e.g. the last epoch): kv starts the problems they show longest first',
+    )
     .option('--out <file>', 'output NDJSON (resumable); stdout when absent')
     .option('--reload <checkpoint>', 'make every engine load CHECKPOINT first and wait for it')
     .option('--model <dir>', 'checkpoint for the embedded engine when no --engine is given')
@@ -130,6 +137,10 @@ export async function run(argv: string[]): Promise<void> {
       closers.push(() => sb.close());
       sandboxUrl = sb.url;
     }
+    const lengths =
+      f.prior !== undefined
+        ? lengthsByProblem((await readAll(f.prior, Trajectory)).map((x) => x.record))
+        : undefined;
     const skip = f.out !== undefined ? finishedIds(f.out) : undefined;
     const out = openOutput(f.out, { append: true });
     const tty = interactive();
@@ -149,6 +160,7 @@ export async function run(argv: string[]): Promise<void> {
         schedule: f.schedule,
         skip,
         concurrency: f.concurrency,
+        lengths,
         scrapeMs: f.scrapeMs,
         policy: f.reload,
         compat: f.compat,

@@ -29,6 +29,8 @@ export interface AgentOptions {
   maxParallelCalls?: number;
   /** Tool-response characters kept, middle-truncated (default 256, as the release). */
   toolResponseMaxChars?: number;
+  /** The prompt already tokenized (`promptIds(prompt, ctx)`), e.g. shared by a problem's samples. */
+  promptIds?: readonly number[];
 }
 
 /** The token-level result of one rollout; the Trajectory record minus identity, answer and reward. */
@@ -71,7 +73,7 @@ export async function runAgent(
   const maxTokens = options.maxTokens ?? 8192;
   const maxParallel = options.maxParallelCalls ?? 1;
   const maxChars = options.toolResponseMaxChars ?? DEFAULT_TOOL_RESPONSE_CHARS;
-  const prompt_ids = promptIds(prompt, ctx);
+  const prompt_ids = options.promptIds ? [...options.promptIds] : promptIds(prompt, ctx);
   const context = [...prompt_ids];
   const response_ids: number[] = [];
   const loss_mask: (0 | 1)[] = [];

@@ -5,8 +5,9 @@ import { type Compat, scoreResponse } from '../reward/index.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { AgentAbort, type AgentIO, runAgent } from './agent.js';
 import { type EngineClient, EngineError, type SamplingOptions } from './engines.js';
-import type { ProtocolContext } from './protocol.js';
+import { type ProtocolContext, promptIds } from './protocol.js';
 import { type Assignment, AsyncScheduler, type Policy, Scheduler, type TurnRequest } from './scheduler.js';
+import { priorFor } from './scheduler-prior.js';
 
 export type { AgentIO, AgentOptions, AgentResult, Generation, Script } from './agent.js';
 export { AgentAbort, runAgent, scriptedTrajectory } from './agent.js';
@@ -44,8 +45,17 @@ export interface RolloutOptions {
   schedule?: Policy;
   /** Trajectory ids already written (resume): skipped, never generated again. */
   skip?: ReadonlySet<string>;
-  /** Trajectories in flight at once (default 1024). */
+  /**
+   * Trajectories under way at once (default 1024). The scheduler enforces it, so which ones
+   * start next is its start order over the whole batch, not submission order.
+   */
   concurrency?: number;
+  /**
+   * Mean response tokens per problem id from earlier trajectories (`lengthsByProblem` of, e.g.,
+   * the previous epoch's rollout): `kv` then starts the problems it ranks longest first instead
+   * of probing (scheduler option `prior`).
+   */
+  lengths?: ReadonlyMap<string, number>;
   /** How often engines' KV capacity is scraped (default 1000 ms; 0 = only at start). */
   scrapeMs?: number;
   /** Consecutive failures of one turn before the rollout gives up (default 2 × engines + 2). */
@@ -93,9 +103,20 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
   const clock = () => performance.now();
 
   const capacities = await Promise.all(engines.map((e) => e.capacity().catch(() => undefined)));
+  const concurrency = Math.max(1, options.concurrency ?? 1024);
   const core = new Scheduler<Turn>(
     capacities.map((c) => c?.total ?? Number.POSITIVE_INFINITY),
-    { policy: options.schedule ?? 'kv', clock },
+    {
+      policy: options.schedule ?? 'kv',
+      clock,
+      maxActive: concurrency,
+      prior: options.lengths
+        ? priorFor(
+            problems.map((p) => p.id),
+            options.lengths,
+          )
+        : undefined,
+    },
   );
   capacities.forEach((c, e) => {
     if (c !== undefined) core.observe(e, c);
@@ -178,6 +199,11 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
       ids,
     };
     let a: Assignment<Turn> = await scheduler.acquire(request);
+    if (stopped || failure !== undefined) {
+      // The rollout ended while this turn waited for its engine: nothing is sent.
+      scheduler.release(a);
+      throw new AgentAbort('rollout stopped');
+    }
     const s: SamplingOptions = { ...sampling };
     if (options.seed !== undefined) s.seed = requestSeed(options.seed, job.id, turn);
     for (let attempt = 1; ; attempt++) {
@@ -204,6 +230,8 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     }
   };
 
+  // Every sample of a problem starts from the same prompt: rendered and tokenized once.
+  const promptCache = new Map<string, number[]>();
   const runJob = async (job: (typeof jobs)[number]): Promise<Trajectory> => {
     let queued = 0;
     let engineMs = 0;
@@ -221,7 +249,13 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
         return sandbox.runBatch(calls.map((c) => ({ type: 'python', solution: c.code, input: c.input })));
       },
     };
+    let ids = promptCache.get(job.problem.id);
+    if (ids === undefined) {
+      ids = promptIds(job.problem, protocol);
+      promptCache.set(job.problem.id, ids);
+    }
     const r = await runAgent(job.problem.prompt, protocol, io, {
+      promptIds: ids,
       maxTurns: options.maxTurns,
       maxTokens: options.maxTokens,
       maxParallelCalls: options.maxParallelCalls,
@@ -259,7 +293,8 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     };
   };
 
-  // A bounded pool of trajectories; finished ones are handed out in completion order.
+  // Every trajectory is started at once and waits in the scheduler, which admits `concurrency`
+  // of them at a time in its start order; finished ones are handed out in completion order.
   const finished: Trajectory[] = [];
   let failure: unknown;
   let wake: (() => void) | undefined;
@@ -267,22 +302,14 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     wake?.();
     wake = undefined;
   };
-  let next = 0;
-  let running = 0;
-  const concurrency = Math.max(1, options.concurrency ?? 1024);
   const launch = (): void => {
-    while (failure === undefined && running < concurrency && next < jobs.length) {
-      const job = jobs[next++];
-      running++;
+    for (const job of jobs) {
       runJob(job).then(
         (t) => {
-          running--;
           finished.push(t);
-          launch();
           notify();
         },
         (error: unknown) => {
-          running--;
           failure ??= error;
           notify();
         },

@@ -80,6 +80,13 @@ export interface SchedulerOptions {
    * order; give it for every problem or for none, as its unit is not that of the online estimate.
    */
   prior?: (group: number) => number | undefined;
+  /**
+   * Trajectories under way at once: from the dispatch of a trajectory's first turn until
+   * `forget`. A new trajectory starts only below this (default: no limit). The runner passes its
+   * `concurrency` here rather than holding trajectories back itself, so that every trajectory of
+   * the batch is visible to the start order, not only the first `concurrency` submitted.
+   */
+  maxActive?: number;
 }
 
 interface Engine {
@@ -139,6 +146,9 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
   #z: number;
   #probes: number;
   #prior: ((group: number) => number | undefined) | undefined;
+  #maxActive: number;
+  /** Keys of trajectories started and not yet forgotten. */
+  #active = new Set<string>();
 
   /** `capacities`: each engine's KV tokens (Infinity when unknown until the first scrape). */
   constructor(capacities: readonly number[], options: SchedulerOptions = {}) {
@@ -151,6 +161,7 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
     this.#z = options.estimateZ ?? 2;
     this.#probes = options.probes ?? 3;
     this.#prior = options.prior;
+    this.#maxActive = options.maxActive ?? Number.POSITIVE_INFINITY;
     this.#engines = capacities.map((total) => ({
       alive: true,
       total,
@@ -174,6 +185,11 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
 
   get inflight(): number {
     return this.#outstanding.size;
+  }
+
+  /** Trajectories started and not yet forgotten. */
+  get active(): number {
+    return this.#active.size;
   }
 
   /**
@@ -322,6 +338,10 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
     const out: Assignment<R>[] = [];
     for (let i = 0; i < this.#queue.length; ) {
       const head = this.#queue[i];
+      if (head.fresh && this.#active.size >= this.#maxActive) {
+        i++;
+        continue;
+      }
       const e = this.#choose(head);
       if (e === 'wait') {
         i++;
@@ -347,6 +367,7 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
         if (probe && ((this.#groups.get(g)?.started ?? 0) >= round || this.#prior?.(g) !== undefined))
           continue;
         do {
+          if (this.#active.size >= this.#maxActive) return out;
           const e = this.#choose(list[0]);
           if (e === undefined || e === 'wait') return out;
           out.push(this.#dispatch(list.shift() as Pending<R>, e));
@@ -383,6 +404,7 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
   forget(key: string): void {
     this.#prefix.delete(key);
     this.#ranks.delete(key);
+    this.#active.delete(key);
   }
 
   #unreserve(a: Assignment<R>): boolean {
@@ -414,7 +436,10 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
     this.#outstanding.set(a.id, a);
     const grp = this.#group(p.request.group);
     grp.running.set(a.id, a.dispatchedAt);
-    if (p.fresh) grp.started++;
+    if (p.fresh) {
+      grp.started++;
+      this.#active.add(p.request.key);
+    }
     return a;
   }
 
@@ -486,16 +511,26 @@ export class Scheduler<R extends TurnRequest = TurnRequest> {
 export class AsyncScheduler<R extends TurnRequest = TurnRequest> {
   readonly core: Scheduler<R>;
   #waiters = new Map<R, (a: Assignment<R>) => void>();
+  #pumpQueued = false;
 
   constructor(core: Scheduler<R>) {
     this.core = core;
   }
 
+  /**
+   * Queues a turn; it is dispatched from a microtask, so turns submitted together (a batch of
+   * new trajectories) are all in the queue before the start order picks among them.
+   */
   acquire(request: R): Promise<Assignment<R>> {
     return new Promise((resolve) => {
       this.#waiters.set(request, resolve);
       this.core.submit(request);
-      this.pump();
+      if (this.#pumpQueued) return;
+      this.#pumpQueued = true;
+      queueMicrotask(() => {
+        this.#pumpQueued = false;
+        this.pump();
+      });
     });
   }
 
