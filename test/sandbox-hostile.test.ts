@@ -203,6 +203,28 @@ describe('hostile code', () => {
     await unharmed();
   });
 
+  test("a call's busy processes get one worker's share of the CPUs, not one share each", async (t) => {
+    const health = (await (await fetch(`${server.url}/health`)).json()) as { cgroup: string };
+    if (!health.cgroup.includes('+cpu')) {
+      t.skip(`no cgroup cpu controller here (${health.cgroup})`);
+      return;
+    }
+    const bomb = run(
+      'import os, time\nfor i in range(8):\n    if os.fork() == 0:\n        t = time.time()\n        while time.time() - t < 2.4:\n            pass\n        os._exit(0)\nfor i in range(8):\n    os.wait()\nprint("done")',
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    // ~0.6 s of CPU on the other worker (naming numpy sends it to the heavy executor). Sharing the
+    // two CPUs with the bomb's eight processes task by task, it would get 2/9 of them (~4x its
+    // CPU time in wall time); with a cpu group per worker it gets about one CPU.
+    const other = await run(
+      'import time  # numpy\nt = time.time()\nc = time.process_time()\ns = sum(i * i for i in range(12_000_000))\nprint(round(time.process_time() - c, 3), round(time.time() - t, 3))',
+    );
+    const [cpu, wall] = other.stdout.trim().split(' ').map(Number);
+    assert.ok(cpu > 0.1 && wall < 2.5 * cpu, `other call: ${cpu} s CPU in ${wall} s wall`);
+    assert.equal((await bomb).stdout, 'done\n');
+    await unharmed();
+  });
+
   test('kill(-1) and killing the parent only hit the call itself', async () => {
     const r = await run(
       'import os, signal, time\nchild = os.fork()\nif child == 0:\n    time.sleep(60)\nos.kill(-1, signal.SIGKILL)\nprint("alive", os.waitpid(child, 0)[1])',

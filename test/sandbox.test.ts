@@ -321,6 +321,32 @@ describe('overload, auth and shutdown', () => {
     await server.stop();
   });
 
+  test('--cpus caps the CPU time of all calls together (cgroup CPU quota)', async (t) => {
+    const health = (await (await fetch(`${server.url}/health`)).json()) as { cgroup: string };
+    if (!health.cgroup.includes('+cpu')) {
+      t.skip(`no cgroup cpu controller here (${health.cgroup})`);
+      return;
+    }
+    const capped = await startGuardedServer(['--workers', '1', '--cpus', '0.5']);
+    try {
+      const h = (await (await fetch(`${capped.url}/health`)).json()) as { cgroup: string };
+      assert.match(h.cgroup, /cap 0\.5 cores/);
+      // A busy loop for one second of wall time gets half a CPU second.
+      const r = await run(
+        capped.url,
+        'import time\nt = time.time()\nc = time.process_time()\nwhile time.time() - t < 1.0:\n    pass\nprint(round((time.process_time() - c) / (time.time() - t), 2))',
+      );
+      assert.ok(Number(r.stdout) <= 0.65, `CPU share ${r.stdout}`);
+    } finally {
+      assert.deepEqual(await capped.stop(), []);
+    }
+    assert.equal(
+      existsSync(`/sys/fs/cgroup/cpu/rstar-sandbox-${capped.child.pid}`),
+      false,
+      'cpu group removed',
+    );
+  });
+
   test('a bearer token is required when set; /health stays open', async () => {
     assert.equal((await fetch(`${server.url}/health`)).status, 200);
     assert.equal((await post(server.url, '/run', { solution: 'print(1)' })).status, 401);

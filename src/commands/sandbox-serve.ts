@@ -15,6 +15,11 @@ export async function run(argv: string[]): Promise<void> {
     .option('--output-chars <n>', 'stdout/stderr characters returned per call', integer(0), 1000)
     .option('--queue-timeout <s>', 'queue wait before queue_timeout (/run, /run/batch)', number(0, 86400), 20)
     .option('--max-queue <n>', 'queued short calls before refusing with queue_timeout', integer(1))
+    .option(
+      '--cpus <n>',
+      'cores all calls together may use (cgroup CPU quota; default: no cap)',
+      number(0.01, 4096),
+    )
     .option('--redis <url>', 'share one Redis queue with other sandbox-serve processes')
     .option('--token <token>', 'require `Authorization: Bearer TOKEN` (env RSTAR_SANDBOX_TOKEN)');
   if (!parse(cmd, argv)) return;
@@ -27,6 +32,7 @@ export async function run(argv: string[]): Promise<void> {
     outputChars: number;
     queueTimeout: number;
     maxQueue?: number;
+    cpus?: number;
     redis?: string;
     token?: string;
   }>();
@@ -42,6 +48,7 @@ export async function run(argv: string[]): Promise<void> {
     outputChars: o.outputChars,
     queueTimeoutS: o.queueTimeout,
     ...(o.maxQueue !== undefined ? { maxQueue: o.maxQueue } : {}),
+    cpus: o.cpus,
     log,
   });
   const pool = new LocalPool(options);

@@ -3,9 +3,12 @@ import { join } from 'node:path';
 
 /**
  * Per-worker cgroups that bound what one call (and the warm interpreter it forks from) may use:
- * memory and process count. cgroup v1 (separate memory and pids hierarchies) and v2 (one
- * unified hierarchy) are both supported; when neither is writable the service runs with
- * rlimits only and says so at startup.
+ * memory and process count, and CPU where the cpu controller is available: every worker gets an
+ * equal weight, so a call that starts dozens of busy processes gets one worker's share of the
+ * machine, not dozens of shares; with `cpus` all workers together are capped at that many cores
+ * (CFS quota), which keeps the service from taking the CPUs of a trainer or rollout on the same
+ * host. cgroup v1 (separate hierarchies) and v2 (one unified hierarchy) are both supported; when
+ * neither is writable the service runs with rlimits only and says so at startup.
  */
 export interface WorkerCgroup {
   /** Directories whose `cgroup.procs` a process writes its pid into to join. */
@@ -22,7 +25,21 @@ export interface CgroupManager {
   close(): void;
 }
 
+export interface CgroupOptions {
+  /** Cores all workers together may use (a CFS quota); undefined: no cap. */
+  cpus?: number;
+}
+
+/** `cpus` asked for a cap that this machine's cgroups cannot enforce. */
+export class CpuCapUnavailable extends Error {
+  override name = 'CpuCapUnavailable';
+}
+
 const ROOT = '/sys/fs/cgroup';
+const CPU_PERIOD_US = 100_000;
+const quotaUs = (cpus: number): number => Math.max(1000, Math.round(cpus * CPU_PERIOD_US));
+const cpuLabel = (cpus: number | undefined): string =>
+  cpus === undefined ? '+cpu' : `+cpu (cap ${cpus} cores)`;
 
 function ownPath(controller: string): string | undefined {
   try {
@@ -100,7 +117,35 @@ function sweepStale(parent: string): void {
   }
 }
 
-export function cgroupManager(tag: string): CgroupManager {
+/**
+ * The v1 cpu hierarchy's group for this service (workers get the default, equal cpu.shares
+ * under it), with the CFS quota when `cpus` is set; undefined when there is no writable cpu
+ * hierarchy and no cap was asked for.
+ */
+function v1CpuBase(tag: string, cpus: number | undefined): string | undefined {
+  const cpuRoot = join(ROOT, 'cpu');
+  const missing = (why: string) => {
+    if (cpus !== undefined) throw new CpuCapUnavailable(`--cpus needs the cgroup cpu controller: ${why}`);
+    return undefined;
+  };
+  if (!existsSync(join(cpuRoot, 'cgroup.procs'))) return missing(`no ${cpuRoot}`);
+  sweepStale(join(cpuRoot, ownPath('cpu') ?? '/'));
+  const base = join(cpuRoot, ownPath('cpu') ?? '/', tag);
+  if (!tryMkdir(base)) return missing(`${base} not writable`);
+  if (cpus !== undefined) {
+    try {
+      writeFileSync(join(base, 'cpu.cfs_period_us'), String(CPU_PERIOD_US));
+      writeFileSync(join(base, 'cpu.cfs_quota_us'), String(quotaUs(cpus)));
+    } catch (error) {
+      safeRmdir(base);
+      return missing((error as Error).message);
+    }
+  }
+  return base;
+}
+
+export function cgroupManager(tag: string, options: CgroupOptions = {}): CgroupManager {
+  const { cpus } = options;
   const memRoot = join(ROOT, 'memory');
   const pidsRoot = join(ROOT, 'pids');
   if (existsSync(join(memRoot, 'cgroup.procs')) && existsSync(join(pidsRoot, 'cgroup.procs'))) {
@@ -109,35 +154,39 @@ export function cgroupManager(tag: string): CgroupManager {
     const memBase = join(memRoot, ownPath('memory') ?? '/', tag);
     const pidsBase = join(pidsRoot, ownPath('pids') ?? '/', tag);
     if (tryMkdir(memBase) && tryMkdir(pidsBase)) {
+      let cpuBase: string | undefined;
+      try {
+        cpuBase = v1CpuBase(tag, cpus);
+      } catch (error) {
+        safeRmdir(memBase);
+        safeRmdir(pidsBase);
+        throw error;
+      }
       const made: string[] = [];
       return {
         kind: 'v1',
-        reason: 'cgroup v1 memory+pids',
+        reason: `cgroup v1 memory+pids${cpuBase ? cpuLabel(cpus) : ''}`,
         create(name, memoryBytes, maxPids) {
-          const mem = join(memBase, name);
-          const pids = join(pidsBase, name);
+          const dirs = [join(memBase, name), join(pidsBase, name), ...(cpuBase ? [join(cpuBase, name)] : [])];
+          const [mem, pids] = dirs;
           try {
-            mkdirSync(mem, { recursive: true });
-            mkdirSync(pids, { recursive: true });
+            for (const dir of dirs) mkdirSync(dir, { recursive: true });
             writeFileSync(join(mem, 'memory.limit_in_bytes'), String(memoryBytes));
             try {
               writeFileSync(join(mem, 'memory.memsw.limit_in_bytes'), String(memoryBytes));
             } catch {}
             writeFileSync(join(pids, 'pids.max'), String(maxPids));
           } catch {
-            safeRmdir(mem);
-            safeRmdir(pids);
+            for (const dir of dirs) safeRmdir(dir);
             return undefined;
           }
-          made.push(mem, pids);
+          made.push(...dirs);
+          const procsFiles = dirs.map((dir) => join(dir, 'cgroup.procs'));
           return {
-            procsFiles: [join(mem, 'cgroup.procs'), join(pids, 'cgroup.procs')],
-            pids: () => [
-              ...new Set([...readPids(join(mem, 'cgroup.procs')), ...readPids(join(pids, 'cgroup.procs'))]),
-            ],
+            procsFiles,
+            pids: () => [...new Set(procsFiles.flatMap(readPids))],
             remove() {
-              safeRmdir(mem);
-              safeRmdir(pids);
+              for (const dir of dirs) safeRmdir(dir);
             },
           };
         },
@@ -145,6 +194,7 @@ export function cgroupManager(tag: string): CgroupManager {
           for (const dir of made) safeRmdir(dir);
           safeRmdir(memBase);
           safeRmdir(pidsBase);
+          if (cpuBase) safeRmdir(cpuBase);
         },
       };
     }
@@ -155,11 +205,27 @@ export function cgroupManager(tag: string): CgroupManager {
     const base = join(unified, ownPath('') ?? '/', tag);
     try {
       mkdirSync(base, { recursive: true });
-      writeFileSync(join(base, 'cgroup.subtree_control'), '+memory +pids');
+      // The cpu controller is optional (the parent may not delegate it) unless a cap was asked for.
+      let cpu = true;
+      try {
+        writeFileSync(join(base, 'cgroup.subtree_control'), '+memory +pids +cpu');
+      } catch (error) {
+        if (cpus !== undefined)
+          throw new CpuCapUnavailable(`--cpus needs the cgroup cpu controller: ${error}`);
+        cpu = false;
+        writeFileSync(join(base, 'cgroup.subtree_control'), '+memory +pids');
+      }
+      if (cpus !== undefined) {
+        try {
+          writeFileSync(join(base, 'cpu.max'), `${quotaUs(cpus)} ${CPU_PERIOD_US}`);
+        } catch (error) {
+          throw new CpuCapUnavailable(`--cpus needs cpu.max on ${base}: ${(error as Error).message}`);
+        }
+      }
       const made: string[] = [];
       return {
         kind: 'v2',
-        reason: 'cgroup v2 memory+pids',
+        reason: `cgroup v2 memory+pids${cpu ? cpuLabel(cpus) : ''}`,
         create(name, memoryBytes, maxPids) {
           const dir = join(base, name);
           try {
@@ -187,9 +253,11 @@ export function cgroupManager(tag: string): CgroupManager {
       };
     } catch (error) {
       safeRmdir(base);
+      if (error instanceof CpuCapUnavailable) throw error;
       return none(`cgroup v2 not writable (${(error as Error).message})`);
     }
   }
+  if (cpus !== undefined) throw new CpuCapUnavailable('--cpus needs a writable cgroup hierarchy');
   return none('no writable cgroup v1 memory+pids or v2 hierarchy');
 }
 

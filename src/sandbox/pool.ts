@@ -29,6 +29,8 @@ export interface SandboxOptions {
   maxQueue: number;
   /** Hard bound on all queued calls, long ones included. */
   maxQueueLong: number;
+  /** Cores all calls together may use (cgroup CPU quota); undefined: no cap. */
+  cpus?: number;
   /** Log lines to stderr. */
   log: (line: string) => void;
 }
@@ -138,7 +140,7 @@ export class LocalPool implements Runner {
   constructor(options: SandboxOptions) {
     this.options = options;
     this.isolation = isolationSupport();
-    this.#cgroups = cgroupManager(`rstar-sandbox-${process.pid}`);
+    this.#cgroups = cgroupManager(`rstar-sandbox-${process.pid}`, { cpus: options.cpus });
     this.metrics.gauges = () => ({
       queueDepth: this.queued,
       inflight: this.#inflight,
