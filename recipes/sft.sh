@@ -18,7 +18,8 @@
 #   of the budget; 0 = constant]  RSTAR_SFT_TOTAL [480: wall-clock seconds for the whole recipe]
 #   RSTAR_SFT_SECONDS [the training loop's budget; default: what RSTAR_SFT_TOTAL leaves after the data
 #   and model-init, minus RSTAR_SFT_EVAL_RESERVE (70) for the evaluation]
-#   RSTAR_SFT_MAX_STEPS [0: no limit]  RSTAR_SFT_CKPT_EVERY [500]  RSTAR_SFT_EVAL_N [2: samples per
+#   RSTAR_SFT_MAX_STEPS [600: what the 480 s budget trained on the machines the targets were set on;
+#   a faster machine stops there instead of training past the accuracy band; 0 = no limit]  RSTAR_SFT_CKPT_EVERY [500]  RSTAR_SFT_EVAL_N [2: samples per
 #   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [384: above the longest demonstration, ~300]  RSTAR_SFT_DATA [reuse a built data folder]
 #   RSTAR_SFT_TEMPLATE [fixtures/curriculum/tiny.jinja; `rstar2` for the release's full prompt]
 #   RSTAR_SFT_PYTHON [1: run the curriculum's code with a plain python3 instead of the sandbox]
@@ -48,7 +49,7 @@ DECAY=${RSTAR_SFT_DECAY:-0.25}
 TOTAL=${RSTAR_SFT_TOTAL:-480}
 EVAL_RESERVE=${RSTAR_SFT_EVAL_RESERVE:-70}
 recipe_start=$EPOCHREALTIME
-MAX_STEPS=${RSTAR_SFT_MAX_STEPS:-0}
+MAX_STEPS=${RSTAR_SFT_MAX_STEPS:-600}
 CKPT_EVERY=${RSTAR_SFT_CKPT_EVERY:-500}
 EVAL_N=${RSTAR_SFT_EVAL_N:-2}
 EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-384}
