@@ -73,8 +73,10 @@ export async function runAgent(
   const maxTokens = options.maxTokens ?? 8192;
   const maxParallel = options.maxParallelCalls ?? 1;
   const maxChars = options.toolResponseMaxChars ?? DEFAULT_TOOL_RESPONSE_CHARS;
-  const prompt_ids = options.promptIds ? [...options.promptIds] : promptIds(prompt, ctx);
-  const context = [...prompt_ids];
+  // A problem's samples may share one prompt array: this trajectory copies it into a context of
+  // its own only when its first turn returns, so a batch waiting for admission holds no copies.
+  const prompt_ids: readonly number[] = options.promptIds ?? promptIds(prompt, ctx);
+  let context: number[] | undefined;
   const response_ids: number[] = [];
   const loss_mask: (0 | 1)[] = [];
   const logprobs: number[] = [];
@@ -87,11 +89,12 @@ export async function runAgent(
 
   for (;;) {
     const t0 = performance.now();
-    const gen = await io.generate(context, maxTokens - response_ids.length, turns);
+    const gen = await io.generate(context ?? prompt_ids, maxTokens - response_ids.length, turns);
     timing.generate_ms += performance.now() - t0;
     if (gen.ids.length !== gen.logprobs.length) {
       throw new Error(`engine returned ${gen.ids.length} ids but ${gen.logprobs.length} logprobs`);
     }
+    context ??= [...prompt_ids];
     context.push(...gen.ids);
     response_ids.push(...gen.ids);
     for (const lp of gen.logprobs) {
@@ -151,7 +154,7 @@ export async function runAgent(
   }
 
   return {
-    prompt_ids,
+    prompt_ids: [...prompt_ids],
     response_ids,
     loss_mask,
     logprobs,
