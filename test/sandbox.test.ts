@@ -234,6 +234,17 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     await assert.rejects(client.run(call));
   });
 
+  test('a pool of 32 threads runs under the memory limit (threads share malloc arenas)', async () => {
+    // glibc reserves 64 MiB of address space per thread arena: under RLIMIT_AS only ~8 threads
+    // could start before the executor capped the arenas.
+    const r = await run(
+      server.url,
+      'import time\nfrom concurrent.futures import ThreadPoolExecutor\ndef f(x):\n    time.sleep(0.01)\n    return x * x\nwith ThreadPoolExecutor(32) as pool:\n    print(sum(pool.map(f, range(320))))',
+    );
+    assert.equal(r.stderr, '');
+    assert.equal(r.stdout, `${Array.from({ length: 320 }, (_, x) => x * x).reduce((a, b) => a + b)}\n`);
+  });
+
   test('the heavy executors keep their heap in transparent huge pages (a cheaper fork)', async (t) => {
     const thp = '/sys/kernel/mm/transparent_hugepage/enabled';
     const [major, minor] = readFileSync('/proc/sys/kernel/osrelease', 'utf8').split('.').map(Number);

@@ -91,6 +91,12 @@ if 'sympy' in CONFIG.get('preload', []) and not PRELOAD_ERRORS:
         PRELOAD_ERRORS.append(f'warmup: {error}')
 
 libc = ctypes.CDLL(None, use_errno=True)
+# glibc gives every new thread a malloc arena of its own, each reserving 64 MiB of address space:
+# under RLIMIT_AS (the warm interpreter + --memory) a call could start only ~8 threads before
+# `can't start new thread`. Two arenas for all threads keep the reservation small; the limit then
+# counts what threads use (their stacks, their allocations), and RLIMIT_NPROC bounds their number.
+M_ARENA_MAX = -8
+libc.mallopt(M_ARENA_MAX, 2)
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
