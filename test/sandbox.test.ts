@@ -234,6 +234,21 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     await assert.rejects(client.run(call));
   });
 
+  test("random numbers differ between calls: numpy's global generator is reseeded in each", async () => {
+    const draws = new Set<string>();
+    for (let i = 0; i < 3; i += 1) {
+      const r = await run(
+        server.url,
+        'import numpy as np, random\nprint(np.random.randint(0, 2**62), random.getrandbits(62))',
+      );
+      assert.equal(r.stderr, '');
+      draws.add(r.stdout ?? '');
+    }
+    assert.equal(draws.size, 3, [...draws].join(''));
+    const numpyDraws = new Set([...draws].map((line) => line.split(' ')[0]));
+    assert.equal(numpyDraws.size, 3, 'np.random draws repeat across calls');
+  });
+
   test('a pool of 32 threads runs under the memory limit (threads share malloc arenas)', async () => {
     // glibc reserves 64 MiB of address space per thread arena: under RLIMIT_AS only ~8 threads
     // could start before the executor capped the arenas.

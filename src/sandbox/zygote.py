@@ -90,6 +90,12 @@ if 'sympy' in CONFIG.get('preload', []) and not PRELOAD_ERRORS:
     except Exception as error:
         PRELOAD_ERRORS.append(f'warmup: {error}')
 
+# CPython reseeds `random` in a forked child by itself; numpy's legacy global generator
+# (np.random.rand, randint, ...) it does not, so every call would draw the same numbers (the warm
+# interpreter's state at the fork) where a fresh interpreter draws new ones.
+if 'numpy.random' in sys.modules:
+    os.register_at_fork(after_in_child=sys.modules['numpy.random'].seed)
+
 libc = ctypes.CDLL(None, use_errno=True)
 # glibc gives every new thread a malloc arena of its own, each reserving 64 MiB of address space:
 # under RLIMIT_AS (the warm interpreter + --memory) a call could start only ~8 threads before
