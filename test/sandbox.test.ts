@@ -234,6 +234,27 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     await assert.rejects(client.run(call));
   });
 
+  test('code runs as __main__: multiprocessing.Pool and pickle find its functions and classes', async () => {
+    const r = await run(
+      server.url,
+      [
+        'import pickle',
+        'from multiprocessing import Pool',
+        'def square(x):',
+        '    return x * x',
+        'class Point:',
+        '    def __init__(self, x):',
+        '        self.x = x',
+        "if __name__ == '__main__':",
+        '    with Pool(2) as pool:',
+        '        print(sum(pool.map(square, range(10))))',
+        '    print(pickle.loads(pickle.dumps(Point(7))).x)',
+      ].join('\n'),
+    );
+    assert.equal(r.stderr, '');
+    assert.equal(r.stdout, '285\n7\n');
+  });
+
   test("random numbers differ between calls: numpy's global generator is reseeded in each", async () => {
     const draws = new Set<string>();
     for (let i = 0; i < 3; i += 1) {

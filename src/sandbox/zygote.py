@@ -472,7 +472,14 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
         if req is None:
             os._exit(0)
         set_cpu_limit(req['timeout'])
-        scope = {'__name__': '__main__', '__file__': '<string>', '__builtins__': builtins}
+        # The code runs in a module that *is* `__main__`, as a script does: pickle (and so
+        # multiprocessing.Pool) finds its functions and classes as `__main__.NAME`, and the
+        # warm interpreter's own `__main__` (this file) is out of its sight.
+        main_module = type(sys)('__main__')
+        main_module.__file__ = '<string>'
+        main_module.__builtins__ = builtins
+        sys.modules['__main__'] = main_module
+        scope = main_module.__dict__
         try:
             if req.get('mode') == 'script':
                 status = run_script(req['code'], scope)
