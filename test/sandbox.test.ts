@@ -68,6 +68,30 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     assert.equal(sym.stdout, '(x - 1)*(x + 1)\n');
   });
 
+  test('notebook cells: the last statement, once, and errors named by the line of the code', async () => {
+    const cell = async (code: string) => {
+      const r = await run(server.url, code);
+      return [r.stdout, r.stderr];
+    };
+    assert.deepEqual(await cell('x = 5; x'), ['5\n', '']);
+    assert.deepEqual(await cell('x = 1\nx; x + 1'), ['2\n', '']);
+    assert.deepEqual(await cell('a = 1\n(a,\n a + 1)'), ['(1, 2)\n', '']);
+    // A failing last expression runs once: its print is not repeated.
+    assert.deepEqual(await cell('print("once") or missing'), [
+      'once\n',
+      'NameError at line 1: name \'missing\' is not defined\n  print("once") or missing\n',
+    ]);
+    // An error raised inside a library names the line of the cell that called it.
+    const [, json] = await cell('import json\njson.loads("{")');
+    assert.match(json ?? '', /^JSONDecodeError at line 2: .*\n {2}json\.loads\("\{"\)\n$/);
+    assert.deepEqual(await cell('def g(n):\n    return 1 / n\ny = 2\ng(0)'), [
+      '',
+      'ZeroDivisionError at line 2: division by zero\n      return 1 / n\n',
+    ]);
+    const [, syntax] = await cell('x = 1\ny = (\n');
+    assert.match(syntax ?? '', /^SyntaxError at line 2: .*\n {2}y = \($/m);
+  });
+
   test('MiBs of code and stdin, non-ASCII text and exit()/quit() pass as in plain Python', async () => {
     // Larger than the executor's default call buffers (1 MiB), so they grow and shrink back.
     const blob = 'x'.repeat(3 << 20);

@@ -365,63 +365,49 @@ sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr_
 sys.argv = ['<string>']
 
 
+ZYGOTE_GLOBALS = globals()
+
+
 class CodeError(Exception):
-    """rStar2-Agent's tool template error text: `Type at line N: message\\n  <line>`."""
+    """rStar2-Agent's tool template error text: `Type at line N: message\n  <line>`. The line is the
+    innermost frame of the call's own code (an error raised inside sympy names the user's line
+    that called it); a syntax error has no such frame and names its own line."""
 
-    def __init__(self, error, code, offset=0):
-        lineno = getattr(error, 'lineno', None) if hasattr(error, 'lineno') else None
-        if lineno is None and not hasattr(error, 'lineno'):
-            tb = error.__traceback__
-            if tb is not None:
-                while tb.tb_next:
-                    tb = tb.tb_next
+    def __init__(self, error, code):
+        lineno = None
+        tb = error.__traceback__
+        while tb is not None:
+            # This file runs as `python -c` too, so its own frames are told apart by their globals.
+            frame = tb.tb_frame
+            if frame.f_code.co_filename == '<string>' and frame.f_globals is not ZYGOTE_GLOBALS:
                 lineno = tb.tb_lineno
+            tb = tb.tb_next
+        if lineno is None and isinstance(error, SyntaxError):
+            lineno = error.lineno
         kind, message = type(error).__name__, str(error)
-        if lineno is not None and lineno != -1:
-            lineno += offset
-            lines = code.splitlines()
-            if 0 <= lineno - 1 < len(lines):
-                super().__init__(f'{kind} at line {lineno}: {message}\n  {lines[lineno - 1]}')
-                return
-        super().__init__(f'{kind}: {message}')
-
-
-def split_last_expression(code):
-    try:
-        tree = ast.parse(code)
-    except SyntaxError as error:
-        raise CodeError(error, code) from None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = tree.body[-1]
         lines = code.splitlines()
-        end = getattr(last, 'end_lineno', None) or last.lineno
-        return '\n'.join(lines[: last.lineno - 1]), '\n'.join(lines[last.lineno - 1 : end])
-    return code, None
+        if lineno is not None and 0 <= lineno - 1 < len(lines):
+            super().__init__(f'{kind} at line {lineno}: {message}\n  {lines[lineno - 1]}')
+        else:
+            super().__init__(f'{kind}: {message}')
 
 
 def run_notebook(code, scope):
-    """A notebook cell, as rStar2-Agent's released tool template runs one: the value of a
-    trailing expression is printed with repr; errors are one line on stderr and exit 1."""
+    """A notebook cell: when the last statement is an expression its value is printed with repr
+    (`x = 5; x` prints 5, as Jupyter does), evaluated once; errors are one line on stderr in the
+    release template's format, and the exit status is 1. The split is made on the parsed tree,
+    so every line number is the code's own."""
     try:
-        main, last = split_last_expression(code)
-        if main:
-            try:
-                exec(compile(main, '<string>', 'exec'), scope)
-            except Exception as error:
-                raise CodeError(error, main) from None
-        if last:
-            try:
-                value = eval(compile(last, '<string>', 'eval'), scope)
-                if value is not None:
-                    print(repr(value))
-            except Exception:
-                try:
-                    exec(compile(last, '<string>', 'exec'), scope)
-                except Exception as error:
-                    offset = len(main.splitlines()) if main else 0
-                    raise CodeError(error, last, offset) from None
-    except CodeError as error:
-        print(str(error), file=sys.stderr)
+        tree = ast.parse(code, '<string>')
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        if tree.body:
+            exec(compile(tree, '<string>', 'exec'), scope)
+        if last is not None:
+            value = eval(compile(ast.Expression(last.value), '<string>', 'eval'), scope)
+            if value is not None:
+                print(repr(value))
+    except Exception as error:
+        print(str(CodeError(error, code)), file=sys.stderr)
         return 1
     return 0
 
