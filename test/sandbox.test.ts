@@ -258,6 +258,16 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     await assert.rejects(client.run(call));
   });
 
+  test('a module the code writes to its directory imports, as with python -c, and is gone next call', async () => {
+    const first = await run(
+      server.url,
+      'open("helper.py", "w").write("X = 42\\n")\nimport helper\nprint(helper.X)',
+    );
+    assert.equal(first.stdout, '42\n', first.stderr ?? '');
+    const next = await run(server.url, 'import helper');
+    assert.match(next.stderr ?? '', /ModuleNotFoundError at line 1: No module named 'helper'/);
+  });
+
   test('code runs as __main__: multiprocessing.Pool and pickle find its functions and classes', async () => {
     const r = await run(
       server.url,

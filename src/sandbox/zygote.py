@@ -466,6 +466,9 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
         main_module.__builtins__ = builtins
         sys.modules['__main__'] = main_module
         scope = main_module.__dict__
+        # As `python -c` has it: modules the code writes to its working directory (the private
+        # scratch) can be imported. The executor itself never imports from a working directory.
+        sys.path.insert(0, '')
         try:
             if req.get('mode') == 'script':
                 status = run_script(req['code'], scope)
