@@ -1,7 +1,7 @@
 import { Option } from 'commander';
 import { startEngine } from '../backend/engine.js';
 import { UsageError } from '../errors.js';
-import { openOutput, readAll } from '../ndjson/index.js';
+import { openInput, openOutput, readAll, readRecords } from '../ndjson/index.js';
 import { collect, integer, interactive, number, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
@@ -45,6 +45,15 @@ interface Flags {
   timeout: number;
   compat: 'strict' | 'rstar';
   prior?: string;
+}
+
+/** Mean response length per problem of an earlier rollout, streamed: only the lengths are kept. */
+async function priorLengths(file: string): Promise<Map<string, number>> {
+  const { stream, source } = openInput(file);
+  const seen: { problem_id: string; response_ids: { length: number } }[] = [];
+  for await (const { record } of readRecords(stream, source, Trajectory))
+    seen.push({ problem_id: record.problem_id, response_ids: { length: record.response_ids.length } });
+  return lengthsByProblem(seen);
 }
 
 function progressLine(p: RolloutProgress): string {
@@ -137,10 +146,7 @@ export async function run(argv: string[]): Promise<void> {
       closers.push(() => sb.close());
       sandboxUrl = sb.url;
     }
-    const lengths =
-      f.prior !== undefined
-        ? lengthsByProblem((await readAll(f.prior, Trajectory)).map((x) => x.record))
-        : undefined;
+    const lengths = f.prior !== undefined ? await priorLengths(f.prior) : undefined;
     const skip = f.out !== undefined ? finishedIds(f.out) : undefined;
     const out = openOutput(f.out, { append: true });
     const tty = interactive();

@@ -6,7 +6,7 @@
 
 /** Mean response length in tokens per problem id. */
 export function lengthsByProblem(
-  records: Iterable<{ problem_id: string; response_ids: readonly unknown[] }>,
+  records: Iterable<{ problem_id: string; response_ids: { readonly length: number } }>,
 ): Map<string, number> {
   const sum = new Map<string, { tokens: number; n: number }>();
   for (const r of records) {
