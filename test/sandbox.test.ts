@@ -1,11 +1,13 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { SandboxClient } from '../src/sandbox/client.js';
 import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
+import { resolveInterpreter } from '../src/sandbox/python.js';
 import { fixed2, formatToolResponse, truncateMiddle } from '../src/sandbox/tool-response.js';
-import { lines, ndjson, rstar } from './helpers.js';
+import { lines, ndjson, ROOT, rstar } from './helpers.js';
 
 type Result = {
   sub_id: string | number | null;
@@ -66,6 +68,28 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     assert.equal(none.stdout, '');
     const sym = await run(server.url, 'import sympy as sp\nx = sp.symbols("x")\nsp.factor(x**2 - 1)');
     assert.equal(sym.stdout, '(x - 1)*(x + 1)\n');
+  });
+
+  test('script mode prints what `python -c` prints (every kind of the realistic mix)', async () => {
+    const mix = readFileSync(`${ROOT}fixtures/tool-calls-sample.jsonl`, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as { solution: string; input?: string; kind: string });
+    // The first four programs of each kind: sympy, numpy, brute force, digit loops, failures.
+    const perKind = new Map<string, number>();
+    const sample = mix.filter((p) => {
+      perKind.set(p.kind, (perKind.get(p.kind) ?? 0) + 1);
+      return (perKind.get(p.kind) ?? 0) <= 4;
+    });
+    const python = resolveInterpreter().executable;
+    const results = await Promise.all(
+      sample.map((p) => run(server.url, p.solution, { input: p.input ?? '', options: { mode: 'script' } })),
+    );
+    sample.forEach((p, i) => {
+      const fresh = spawnSync(python, ['-c', p.solution], { input: p.input ?? '', encoding: 'utf8' });
+      assert.equal(results[i].stdout, fresh.stdout, `${p.kind}: ${p.solution}`);
+      assert.equal(results[i].run_success, fresh.status === 0, `${p.kind}: exit ${fresh.status}`);
+    });
   });
 
   test('notebook cells: the last statement, once, and errors named by the line of the code', async () => {
