@@ -94,7 +94,14 @@ if 'sympy' in CONFIG.get('preload', []) and not PRELOAD_ERRORS:
 # (np.random.rand, randint, ...) it does not, so every call would draw the same numbers (the warm
 # interpreter's state at the fork) where a fresh interpreter draws new ones.
 if 'numpy.random' in sys.modules:
-    os.register_at_fork(after_in_child=sys.modules['numpy.random'].seed)
+    _numpy = sys.modules['numpy']
+
+    def reseed_numpy():
+        # A 32-bit seed from the OS: the child copies ~29 pages for it, where seed() with no
+        # argument (a SeedSequence of 128 bits) copies ~100, a third of a trivial call's faults.
+        _numpy.random.seed(int.from_bytes(os.urandom(4), 'little'))
+
+    os.register_at_fork(after_in_child=reseed_numpy)
 
 libc = ctypes.CDLL(None, use_errno=True)
 # glibc gives every new thread a malloc arena of its own, each reserving 64 MiB of address space:
