@@ -292,12 +292,12 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     assert.match(next.stderr ?? '', /ModuleNotFoundError at line 1: No module named 'helper'/);
   });
 
-  test('code runs as __main__: multiprocessing.Pool and pickle find its functions and classes', async () => {
+  test('code runs as __main__ (no __file__, as python -c): Pool, spawn and pickle work', async () => {
     const r = await run(
       server.url,
       [
         'import pickle',
-        'from multiprocessing import Pool',
+        'from multiprocessing import Pool, get_context',
         'def square(x):',
         '    return x * x',
         'class Point:',
@@ -307,10 +307,12 @@ describe('sandbox-serve API (code-judge compatible)', () => {
         '    with Pool(2) as pool:',
         '        print(sum(pool.map(square, range(10))))',
         '    print(pickle.loads(pickle.dumps(Point(7))).x)',
+        "    with get_context('spawn').Pool(2) as pool:",
+        '        print(pool.map(abs, [-1, -2]))',
       ].join('\n'),
     );
     assert.equal(r.stderr, '');
-    assert.equal(r.stdout, '285\n7\n');
+    assert.equal(r.stdout, '285\n7\n[1, 2]\n');
   });
 
   test("random numbers differ between calls: numpy's global generator is reseeded in each", async () => {

@@ -469,7 +469,8 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
         # multiprocessing.Pool) finds its functions and classes as `__main__.NAME`, and the
         # warm interpreter's own `__main__` (this file) is out of its sight.
         main_module = type(sys)('__main__')
-        main_module.__file__ = '<string>'
+        # No __file__, as under `python -c`: multiprocessing's spawn start method would try to
+        # rerun the main module from that path in every worker.
         main_module.__builtins__ = builtins
         sys.modules['__main__'] = main_module
         scope = main_module.__dict__
