@@ -315,6 +315,25 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     assert.equal(r.stdout, '285\n7\n[1, 2]\n');
   });
 
+  test('SIGPIPE is ignored as in python: a write to a closed pipe raises BrokenPipeError', async () => {
+    // In a process the call forks (PID 1 of the namespace would not die of it anyway).
+    const code = [
+      'import os',
+      'r, w = os.pipe()',
+      'os.close(r)',
+      'pid = os.fork()',
+      'if pid == 0:',
+      '    try:',
+      '        os.write(w, b"x")',
+      '    except BrokenPipeError:',
+      '        os.write(1, b"BrokenPipeError\\n")',
+      '    os._exit(0)',
+      'os.waitpid(pid, 0)',
+    ].join('\n');
+    const r = await run(server.url, code, { options: { mode: 'script' } });
+    assert.equal(r.stdout, 'BrokenPipeError\n');
+  });
+
   test("random numbers differ between calls: numpy's global generator is reseeded in each", async () => {
     const draws = new Set<string>();
     for (let i = 0; i < 3; i += 1) {

@@ -339,9 +339,9 @@ def enter_sandbox(scratch):
             check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(SECCOMP_CALL[1]), 0, 0), 'seccomp')
     # Set after the uid change, which clears it.
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    # The executor ignores SIGPIPE (a prepared child may die before its request is written);
-    # user code gets the default disposition, as the calls always had here.
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # SIGPIPE stays ignored, as CPython sets it at startup: writing to a closed pipe raises
+    # BrokenPipeError, in the call and in the processes it forks, as under `python -c` (the
+    # executor ignores it too, because a prepared child may die before its request is written).
 
 
 def std_streams():
