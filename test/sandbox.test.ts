@@ -282,6 +282,15 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     await assert.rejects(client.run(call));
   });
 
+  test("the call's environment: a home, a user name, UTF-8 streams", async () => {
+    const r = await run(
+      server.url,
+      'import getpass, os, sys\nprint(getpass.getuser(), os.environ["HOME"], os.getcwd(), sys.stdout.encoding)',
+    );
+    assert.equal(r.stderr, '');
+    assert.equal(r.stdout, 'sandbox /tmp /tmp utf-8\n');
+  });
+
   test('a module the code writes to its directory imports, as with python -c, and is gone next call', async () => {
     const first = await run(
       server.url,

@@ -120,6 +120,9 @@ function bwrapArgs(prefixes: string[]): string[] {
 
 const USER_ENV: Record<string, string> = {
   HOME: '/tmp',
+  // The call's uid has no passwd entry: getpass.getuser() reads these first.
+  USER: 'sandbox',
+  LOGNAME: 'sandbox',
   TMPDIR: '/tmp',
   PATH: '/usr/local/bin:/usr/bin:/bin',
   LANG: 'C.UTF-8',
