@@ -727,6 +727,8 @@ def collapse_into_huge_pages():
     spans = []
     for line in smaps:
         fields = line.split()
+        if not fields:
+            continue
         if '-' in fields[0] and len(fields) >= 5 and ':' not in fields[0]:
             lo, hi = (int(x, 16) for x in fields[0].split('-'))
             name = fields[5] if len(fields) > 5 else ''
