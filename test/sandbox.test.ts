@@ -180,6 +180,21 @@ describe('sandbox-serve API (code-judge compatible)', () => {
     );
   });
 
+  test('a judged program runs as a script: the value of a last `solve()` is not output', async () => {
+    const code = 'def solve():\n    print(5)\n    return 5\nsolve()';
+    const judged = await post(server.url, '/judge', { type: 'python', solution: code, expected_output: '5' });
+    assert.equal(judged.body.success, true);
+    // Asked for, notebook mode still applies.
+    const notebook = await post(server.url, '/judge', {
+      type: 'python',
+      solution: code,
+      expected_output: '5',
+      options: { mode: 'notebook' },
+    });
+    assert.equal(notebook.body.success, false);
+    assert.equal((await run(server.url, code)).stdout, '5\n5\n');
+  });
+
   test('batches keep input order and ids; long-batch too', async () => {
     const submissions = Array.from({ length: 12 }, (_, i) => ({
       type: 'python',

@@ -293,7 +293,11 @@ export class LocalPool implements Runner {
     const o = this.options;
     const s = job.submission;
     const expected = s.expected_output;
-    const mode = (s as { options?: { mode?: string } }).options?.mode === 'script' ? 'script' : 'notebook';
+    // A judged program (expected_output given) runs as a script, as code-judge runs it: its output
+    // is what it prints, not also the value of a last expression such as `solve()`.
+    const asked = (s as { options?: { mode?: string } }).options?.mode;
+    const mode =
+      asked === 'script' || asked === 'notebook' ? asked : expected !== undefined ? 'script' : 'notebook';
     const request: RawRequest = {
       code: s.solution,
       input: s.input ?? '',
