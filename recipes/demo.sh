@@ -72,8 +72,9 @@ for ((k = 1; k <= STEPS; k++)); do
     log "step $k: every group had equal rewards (mean reward $rewards); nothing to learn from, weights unchanged"
     continue
   fi
+  # shellcheck disable=SC2086
   "${RSTAR[@]}" train-step --loss grpo --model "$current" --out "$dir/ckpt" --lr "$LR" --policy "rl-step-$k" \
-    "$dir/batch.jsonl" | tee -a "$OUT/rl/steps.jsonl" >/dev/null
+    ${RSTAR_DEMO_TRAIN_ARGS:-} "$dir/batch.jsonl" | tee -a "$OUT/rl/steps.jsonl" >/dev/null
   log "step $k: mean reward $rewards, $(wc -l <"$dir/batch.jsonl") trajectories trained, $(tail -n 1 "$OUT/rl/steps.jsonl" | cut -c1-160)"
   current=$dir/ckpt
   "${RSTAR[@]}" rollout --reload "$current" --engine "$ENGINE"

@@ -10,6 +10,8 @@ export interface EngineOptions {
   maxTotalTokens?: number;
   /** Most requests decoded together (default 256). */
   maxRunningRequests?: number;
+  /** The label of the weights served at start (SGLang's weight_version; default "0"). */
+  weightVersion?: string;
 }
 
 export interface Engine {
@@ -27,6 +29,7 @@ export function engineArgs(options: EngineOptions & { host?: string }): string[]
   if (options.maxRunningRequests !== undefined) {
     args.push('--max-running-requests', String(options.maxRunningRequests));
   }
+  if (options.weightVersion !== undefined) args.push('--weight-version', options.weightVersion);
   return args;
 }
 

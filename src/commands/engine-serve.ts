@@ -15,7 +15,12 @@ export async function run(argv: string[]): Promise<void> {
       integer(1),
       65536,
     )
-    .option('--max-running-requests <n>', 'most requests decoded together', integer(1), 256);
+    .option('--max-running-requests <n>', 'most requests decoded together', integer(1), 256)
+    .option(
+      '--weight-version <label>',
+      'the label of the weights served at start (SGLang weight_version)',
+      '0',
+    );
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<{
     model: string;
@@ -23,6 +28,7 @@ export async function run(argv: string[]): Promise<void> {
     host: string;
     maxTotalTokens: number;
     maxRunningRequests: number;
+    weightVersion: string;
   }>();
   if (o.port > 65535) throw new UsageError('--port: expected 0..65535');
   const python = await findPython();

@@ -27,6 +27,11 @@ interface Options {
   ref?: string;
   entropyCoef: number;
   microBatchTokens: number;
+  miniBatches: number;
+  epochs: number;
+  rolloutCorrection: string;
+  rolloutCorrectionCap: number;
+  sync?: string[];
   maxShardBytes: number;
   policy?: string;
   device: string;
@@ -34,16 +39,20 @@ interface Options {
   nproc: number;
 }
 
-const END_BATCH = '{"v":1,"end_batch":true}';
-
-/** The learning rate an end_batch line sets for its step (`"lr"`), so a driver can own the schedule. */
-function endBatchLr(line: unknown, where: string): number | undefined {
-  const lr = (line as { lr?: unknown }).lr;
-  if (lr === undefined) return undefined;
-  if (typeof lr !== 'number' || !Number.isFinite(lr) || lr <= 0) {
+/**
+ * The end_batch line forwarded to the backend: what a driver may set for the step it closes, the
+ * learning rate (`"lr"`, so the driver owns the schedule) and the step number (`"step"`, the `{step}`
+ * of --out and --policy; rollout --steps numbers its batches).
+ */
+function endBatchLine(line: unknown, where: string): string {
+  const { lr, step } = line as { lr?: unknown; step?: unknown };
+  if (lr !== undefined && (typeof lr !== 'number' || !Number.isFinite(lr) || lr <= 0)) {
     throw new DataError(`${where}: lr: expected a positive number, got ${JSON.stringify(lr)}`);
   }
-  return lr;
+  if (step !== undefined && (typeof step !== 'number' || !Number.isSafeInteger(step) || step < 0)) {
+    throw new DataError(`${where}: step: expected a non-negative integer, got ${JSON.stringify(step)}`);
+  }
+  return JSON.stringify({ v: 1, end_batch: true, lr, step });
 }
 
 function backendArgs(o: Options): string[] {
@@ -63,6 +72,10 @@ function backendArgs(o: Options): string[] {
   flag('--ref', o.ref);
   flag('--entropy-coef', o.entropyCoef);
   flag('--micro-batch-tokens', o.microBatchTokens);
+  flag('--mini-batches', o.miniBatches);
+  flag('--epochs', o.epochs);
+  flag('--rollout-correction', o.rolloutCorrection);
+  flag('--rollout-correction-cap', o.rolloutCorrectionCap);
   flag('--max-shard-bytes', o.maxShardBytes);
   flag('--policy', o.policy);
   flag('--device', o.device);
@@ -134,6 +147,28 @@ export async function run(argv: string[]): Promise<void> {
       integer(1),
       16384,
     )
+    .option(
+      '--mini-batches <k>',
+      'GRPO/SFT: optimiser updates per batch, on K shuffled mini-batches',
+      integer(1),
+      1,
+    )
+    .option('--epochs <e>', 'passes over the batch (each pass makes --mini-batches updates)', integer(1), 1)
+    .option(
+      '--rollout-correction <mode>',
+      'GRPO with recomputed old log-probs: token-tis | seq-mask | none (engine-vs-trainer mismatch)',
+      'token-tis',
+    )
+    .option(
+      '--rollout-correction-cap <c>',
+      'the IS weight cap C (token-tis) or ratio bound (seq-mask)',
+      number(1),
+      2,
+    )
+    .option(
+      '--sync <urls...>',
+      'after each step, make these engines load the new checkpoint (weight_version = the step)',
+    )
     .option('--max-shard-bytes <n>', 'shard the written safetensors (0: one file)', integer(0), 0)
     .option('--policy <name>', 'policy id in the Step record (default: the checkpoint path)')
     .option('--device <name>', 'auto | cpu | cuda | cuda:N', 'auto')
@@ -148,6 +183,11 @@ export async function run(argv: string[]): Promise<void> {
   }
   if (o.oldLogprobs !== 'recompute' && o.oldLogprobs !== 'rollout') {
     throw new UsageError(`--old-logprobs: expected recompute or rollout, got '${o.oldLogprobs}'`);
+  }
+  if (!['token-tis', 'seq-mask', 'none'].includes(o.rolloutCorrection)) {
+    throw new UsageError(
+      `--rollout-correction: expected token-tis, seq-mask or none, got '${o.rolloutCorrection}'`,
+    );
   }
   const { vocab_size: vocab } = readCheckpointConfig(o.model);
   if (o.ref) readCheckpointConfig(o.ref);
@@ -190,9 +230,11 @@ export async function run(argv: string[]): Promise<void> {
     for await (const entry of readLines(stream, source)) {
       const blank = entry.text.trim() === '';
       if (blank || /"end_batch"\s*:\s*true/.test(entry.text)) {
-        const lr = blank ? undefined : endBatchLr(JSON.parse(entry.text), `${source}:${entry.line}`);
+        const line = blank
+          ? '{"v":1,"end_batch":true}'
+          : endBatchLine(JSON.parse(entry.text), `${source}:${entry.line}`);
         if (o.follow && inBatch > 0) {
-          await send(child.stdin!, lr === undefined ? END_BATCH : `{"v":1,"end_batch":true,"lr":${lr}}`);
+          await send(child.stdin!, line);
           inBatch = 0;
         }
         continue;

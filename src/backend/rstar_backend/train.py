@@ -81,9 +81,11 @@ def validate(rec, where, vocab, need_advantage, need_logprobs):
 
 
 class Batch(list):
-    """The (where, record) pairs of one step, and the learning rate its end_batch line set (or None)."""
+    """The (where, record) pairs of one step, and what its end_batch line set: the learning rate and
+    the step number (`{step}` in --out and --policy), or None."""
 
     lr = None
+    step = None
 
 
 def read_batches(stream, source, follow):
@@ -108,8 +110,12 @@ def read_batches(stream, source, follow):
             if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0
                                    or lr == float("inf")):
                 raise DataError(f"{where}: lr: expected a positive number, got {lr!r}")
+            step = rec.get("step")
+            if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+                raise DataError(f"{where}: step: expected a non-negative integer, got {step!r}")
             if follow and batch:
                 batch.lr = lr
+                batch.step = step
                 yield batch
                 batch = Batch()
             continue
@@ -176,6 +182,42 @@ def response_logits(model, ids, pos, lengths):
     return model(ids, logits_at=pos, lengths=lengths)
 
 
+def loss_tokens(s):
+    """The loss tokens of a sequence (nothing predicts the first token of a prompt-less one)."""
+    return sum(s["mask"][0 if s["prompt"] else 1:])
+
+
+def pack_old(mb, shape, device):
+    """The precomputed behaviour log-probs of a micro-batch, laid out as pack() lays out the targets."""
+    old = torch.zeros(shape)
+    for i, s in enumerate(mb):
+        old[i, :len(s["old"])] = s["old"]
+    return old.to(device)
+
+
+def correction_weights(old, rollout, mask, mode, cap):
+    """Rollout correction for the engine-vs-trainer mismatch: weights on the per-token loss.
+
+    The engine samples with pi_rollout but the update is computed against pi_old (the trainer's
+    log-probs of the same tokens); where the two differ (bf16 kernels, another engine, a lagging
+    policy), each token is reweighted by the importance ratio pi_old / pi_rollout.
+      token-tis  w = min(pi_old / pi_rollout, cap) per token (truncated IS, as verl/TRL offer)
+      seq-mask   w = 0 for a whole sequence whose geometric-mean ratio lies outside [1/cap, cap]
+    Tokens without rollout log-probs (mask 0) keep weight 1. Returns (weights, capped tokens,
+    masked sequences)."""
+    log_ratio = (old - rollout) * mask
+    if mode == "token-tis":
+        ratio = torch.exp(log_ratio)
+        capped = (ratio > cap).float()
+        w = torch.where(mask > 0, ratio.clamp(max=cap), torch.ones_like(ratio))
+        return w.detach(), capped, 0
+    n = mask.sum(-1)
+    mean = log_ratio.sum(-1) / n.clamp(min=1)
+    bad = (n > 0) & (mean.abs() > torch.log(torch.tensor(cap)))
+    w = torch.where(bad.unsqueeze(-1), torch.zeros_like(old), torch.ones_like(old))
+    return w.detach(), torch.zeros_like(old), int(bad.sum())
+
+
 class Trainer:
     def __init__(self, args):
         self.args = args
@@ -204,13 +246,37 @@ class Trainer:
             self.ref.eval()
             for p in self.ref.parameters():
                 p.requires_grad_(False)
-        self.tokenizer_copied = set()
 
     def lr_at(self, step_index):
         a = self.args
         if a.warmup_steps > 0:
             return a.lr * min(1.0, (step_index + 1) / a.warmup_steps)
         return a.lr
+
+    def mini_batches(self, seqs, step_index):
+        """The step's sequences in K nearly equal mini-batches, after a seeded shuffle when K > 1.
+
+        Every rank computes the same split (same seed, same batch), then takes its share of each."""
+        k = min(self.args.mini_batches, len(seqs))
+        if k <= 1:
+            return [seqs]
+        g = torch.Generator().manual_seed(self.args.seed * 1_000_003 + step_index)
+        order = torch.randperm(len(seqs), generator=g).tolist()
+        return [[seqs[i] for i in order[j::k]] for j in range(k)]
+
+    @torch.no_grad()
+    def behaviour_logprobs(self, seqs):
+        """log pi_old of each sequence's loss tokens under the weights before this step's first update.
+
+        Needed when a step makes several updates: the PPO ratio of update 2 onwards must compare with
+        the policy that generated the batch's scores, not with the weights of the previous update."""
+        self.model.eval()
+        for mb in micro_batches(seqs, self.args.micro_batch_tokens):
+            ids, pos, tgt, mask, *_rest, lengths = pack(mb, self.device, self.cfg.pad_token_id)
+            logp = token_logprobs(response_logits(self.model, ids, pos, lengths), tgt).cpu()
+            for i, s in enumerate(mb):
+                s["old"] = logp[i, :int(mask[i].sum())].clone()
+        self.model.train()
 
     def step(self, batch):
         a = self.args
@@ -220,85 +286,146 @@ class Trainer:
                 for where, rec in batch]
         if not seqs:
             raise DataError("empty batch: no records to train on")
-        n_loss = sum(sum(s["mask"][1 if not s["prompt"] else 0:]) for s in seqs)
-        if n_loss == 0:
+        n_loss_all = sum(loss_tokens(s) for s in seqs)
+        if n_loss_all == 0:
             raise DataError("batch has no loss tokens (every loss_mask is 0)")
-        mine = seqs[self.rank::self.world]
-        sums = torch.zeros(7, dtype=torch.float64)  # loss, clipped, kl_old, entropy, mismatch, n_mismatch, kl_ref
-        self.opt.zero_grad(set_to_none=False)
-        mbs = micro_batches(mine, a.micro_batch_tokens)
-        for mb in mbs:
-            ids, pos, tgt, mask, rollout, has_rollout, adv, lengths = pack(mb, self.device, self.cfg.pad_token_id)
-            logits = response_logits(self.model, ids, pos, lengths)
-            logp = token_logprobs(logits, tgt)
-            with torch.no_grad():
-                ent = entropy_from_logits(logits)
-            if grpo:
-                # Old log-probs "recomputed with the current weights before the update" are, in a
-                # single-update step, exactly these log-probs detached: no second forward needed.
-                old = rollout if a.old_logprobs == "rollout" else logp.detach()
-                ratio = torch.exp(logp - old)
-                pg1 = -adv * ratio
-                pg2 = -adv * ratio.clamp(1.0 - a.clip_low, 1.0 + a.clip_high)
-                tok = torch.maximum(pg1, pg2)
-                clipped = (pg2 > pg1).float()
-                kl_old = (old - logp).detach()
-            else:
-                tok = -logp
-                clipped = torch.zeros_like(logp)
-                kl_old = torch.zeros_like(logp)
-            if self.ref is not None:
-                with torch.no_grad():
-                    ref_lp = token_logprobs(response_logits(self.ref, ids, pos, lengths), tgt)
-                d = (ref_lp - logp).clamp(-20, 20)
-                kl = (torch.exp(d) - d - 1).clamp(-10, 10)  # k3 estimator ("low_var_kl")
-                tok = tok + a.kl_coef * kl
-                sums[6] += float((kl.detach() * mask).sum())
-            if a.entropy_coef > 0:
-                tok = tok - a.entropy_coef * entropy_from_logits(logits)
-            loss = (tok * mask).sum() / n_loss
-            loss.backward()
-            sums[0] += float((tok.detach() * mask).sum())
-            sums[1] += float((clipped * mask).sum())
-            sums[2] += float((kl_old * mask).sum())
-            sums[3] += float((ent * mask).sum())
-            m = mask * has_rollout
-            sums[4] += float(((rollout - logp.detach()).abs() * m).sum())
-            sums[5] += float(m.sum())
-        if self.world > 1:
-            for p in self.params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                dist.all_reduce(p.grad)
-            sums = sums.to(self.device)  # nccl reduces device tensors only
-            dist.all_reduce(sums)
-            sums = sums.cpu()
-        max_norm = a.max_grad_norm if a.max_grad_norm > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        parts = self.mini_batches(seqs, self.step_no)
+        updates = len(parts) * a.epochs
+        # Which log-probs the ratio divides by. "rollout": the engine's, as sampled. "recompute": the
+        # trainer's before the first update; with one update that is the live forward detached (no
+        # second pass), with several it is a no-grad pass over the batch before any update.
+        from_rollout = grpo and a.old_logprobs == "rollout"
+        precompute = grpo and not from_rollout and updates > 1
+        if precompute:
+            mine_all = [s for part in parts for s in part[self.rank::self.world]]
+            self.behaviour_logprobs(mine_all)
+        correction = a.rollout_correction if grpo and not from_rollout else "none"
+        # loss, clipped, kl_old, entropy, |rollout-old|, n_rollout, kl_ref, rollout_kl, tis_capped, n_tokens
+        sums = torch.zeros(10, dtype=torch.float64)
+        seq_masked = [0, 0]  # sequences masked by seq-mask correction, sequences seen (first epoch)
+        grad_norms = []
+        n_micro = 0
         lr = batch.lr if getattr(batch, "lr", None) is not None else self.lr_at(self.step_no)
         for g in self.opt.param_groups:
             g["lr"] = lr
-        self.opt.step()
+        for epoch in range(a.epochs):
+            for part in parts:
+                n_loss = sum(loss_tokens(s) for s in part)  # the mini-batch's global count of loss tokens
+                if n_loss == 0:
+                    continue
+                self.opt.zero_grad(set_to_none=False)
+                mbs = micro_batches(part[self.rank::self.world], a.micro_batch_tokens)
+                n_micro += len(mbs)
+                for mb in mbs:
+                    ids, pos, tgt, mask, rollout, has_rollout, adv, lengths = pack(mb, self.device,
+                                                                                   self.cfg.pad_token_id)
+                    logits = response_logits(self.model, ids, pos, lengths)
+                    logp = token_logprobs(logits, tgt)
+                    with torch.no_grad():
+                        ent = entropy_from_logits(logits)
+                    first = epoch == 0
+                    if grpo:
+                        if from_rollout:
+                            old = rollout
+                        elif precompute:
+                            old = pack_old(mb, mask.shape, self.device)
+                        else:
+                            old = logp.detach()
+                        ratio = torch.exp(logp - old)
+                        pg1 = -adv * ratio
+                        pg2 = -adv * ratio.clamp(1.0 - a.clip_low, 1.0 + a.clip_high)
+                        tok = torch.maximum(pg1, pg2)
+                        clipped = (pg2 > pg1).float()
+                        kl_old = (old - logp).detach()
+                        m_roll = mask * has_rollout
+                        if correction != "none":
+                            w, capped, masked_rows = correction_weights(old, rollout, m_roll, correction,
+                                                                        a.rollout_correction_cap)
+                            tok = tok * w
+                            if first:
+                                sums[8] += float((capped * m_roll).sum())
+                                seq_masked[0] += masked_rows
+                        if first:
+                            # the trainer's log-probs before the update vs the engine's: with rollout
+                            # old log-probs, those of each mini-batch's first forward
+                            trainer = logp.detach() if from_rollout else old
+                            d = (trainer - rollout) * m_roll  # log(pi_trainer / pi_rollout), sampled tokens
+                            sums[7] += float(((torch.exp(d) - d - 1) * m_roll).sum())  # k3 of KL(rollout||trainer)
+                            sums[4] += float(((rollout - trainer).abs() * m_roll).sum())
+                            sums[5] += float(m_roll.sum())
+                            seq_masked[1] += int((m_roll.sum(-1) > 0).sum())
+                    else:
+                        tok = -logp
+                        clipped = torch.zeros_like(logp)
+                        kl_old = torch.zeros_like(logp)
+                        if first:
+                            m_roll = mask * has_rollout
+                            sums[4] += float(((rollout - logp.detach()).abs() * m_roll).sum())
+                            sums[5] += float(m_roll.sum())
+                    if self.ref is not None:
+                        with torch.no_grad():
+                            ref_lp = token_logprobs(response_logits(self.ref, ids, pos, lengths), tgt)
+                        d = (ref_lp - logp).clamp(-20, 20)
+                        kl = (torch.exp(d) - d - 1).clamp(-10, 10)  # k3 estimator ("low_var_kl")
+                        tok = tok + a.kl_coef * kl
+                        sums[6] += float((kl.detach() * mask).sum())
+                    if a.entropy_coef > 0:
+                        tok = tok - a.entropy_coef * entropy_from_logits(logits)
+                    loss = (tok * mask).sum() / n_loss
+                    loss.backward()
+                    sums[0] += float((tok.detach() * mask).sum())
+                    sums[1] += float((clipped * mask).sum())
+                    sums[2] += float((kl_old * mask).sum())
+                    sums[3] += float((ent * mask).sum())
+                    sums[9] += float(mask.sum())
+                if self.world > 1:
+                    for p in self.params:
+                        if p.grad is None:
+                            p.grad = torch.zeros_like(p)
+                        dist.all_reduce(p.grad)
+                max_norm = a.max_grad_norm if a.max_grad_norm > 0 else float("inf")
+                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, max_norm)))
+                self.opt.step()
+        if self.world > 1:
+            sums = sums.to(self.device)  # nccl reduces device tensors only
+            dist.all_reduce(sums)
+            sums = sums.cpu()
+            counts = torch.tensor(seq_masked, dtype=torch.float64, device=self.device)
+            dist.all_reduce(counts)
+            seq_masked = [int(x) for x in counts.cpu().tolist()]
+        for s in seqs:
+            s.pop("old", None)
         self.step_no += 1
-        out = a.out.replace("{step}", str(self.step_no))
+        step_name = batch.step if getattr(batch, "step", None) is not None else self.step_no
+        out = a.out.replace("{step}", str(step_name))
         if self.rank == 0:
             self.save(out)
         if self.world > 1:
             dist.barrier()
         tokens = sum(len(s["prompt"]) + len(s["response"]) for s in seqs)
+        n_tok = max(float(sums[9]), 1.0)  # loss tokens summed over every update
         record = {
-            "v": 1, "step": self.step_no, "policy": a.policy or os.path.abspath(out),
-            "checkpoint": os.path.abspath(out), "loss": float(sums[0]) / n_loss,
-            "pg_clipfrac": float(sums[1]) / n_loss, "approx_kl": float(sums[2]) / n_loss,
-            "entropy": float(sums[3]) / n_loss, "grad_norm": grad_norm, "lr": lr,
+            "v": 1, "step": step_name, "policy": (a.policy or os.path.abspath(out)).replace("{step}", str(step_name)),
+            "checkpoint": os.path.abspath(out), "loss": float(sums[0]) / n_tok,
+            "pg_clipfrac": float(sums[1]) / n_tok, "approx_kl": float(sums[2]) / n_tok,
+            "entropy": float(sums[3]) / n_tok, "grad_norm": sum(grad_norms) / max(1, len(grad_norms)),
+            "grad_norm_max": max(grad_norms, default=0.0), "lr": lr,
             "sequences": len(seqs), "tokens": tokens, "seconds": round(time.time() - t0, 6),
             "cpu_seconds": round(time.process_time() - c0, 6),
-            "loss_type": a.loss, "loss_tokens": int(n_loss), "micro_batches": len(mbs), "world_size": self.world,
+            "loss_type": a.loss, "loss_tokens": int(n_loss_all), "updates": len(grad_norms),
+            "mini_batches": len(parts), "epochs": a.epochs, "micro_batches": n_micro, "world_size": self.world,
         }
         if sums[5] > 0:
             record["logprob_mismatch"] = float(sums[4]) / float(sums[5])
+            if grpo:
+                record["rollout_kl"] = float(sums[7]) / float(sums[5])
+                record["rollout_correction"] = correction
+                if correction == "token-tis":
+                    record["tis_capped_frac"] = float(sums[8]) / float(sums[5])
+                elif correction == "seq-mask":
+                    record["seq_masked_frac"] = seq_masked[0] / max(1, seq_masked[1])
         if self.ref is not None:
-            record["kl"] = float(sums[6]) / n_loss
+            record["kl"] = float(sums[6]) / n_tok
         return record
 
     def load_state(self, folder):
@@ -322,7 +449,13 @@ class Trainer:
                                  "exp_avg": m.to(self.device), "exp_avg_sq": v.to(self.device)}
 
     def save(self, out):
-        save_model(self.model, out, max_shard_bytes=self.args.max_shard_bytes or None)
+        """Writes the checkpoint beside `out` and renames it into place, so a run killed mid-save
+        leaves the previous checkpoint whole: a folder with trainer_state.json is always complete."""
+        import shutil
+        out = os.path.normpath(out)
+        tmp = f"{out}.partial-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_model(self.model, tmp, max_shard_bytes=self.args.max_shard_bytes or None)
         moments = {}
         for i, p in enumerate(self.params):
             st = self.opt.state.get(p)
@@ -330,15 +463,17 @@ class Trainer:
                 moments[f"exp_avg.{i}"] = st["exp_avg"]
                 moments[f"exp_avg_sq.{i}"] = st["exp_avg_sq"]
                 moments[f"step.{i}"] = torch.tensor(float(st["step"]))
-        save_safetensors(moments, os.path.join(out, MOMENTS))
+        save_safetensors(moments, os.path.join(tmp, MOMENTS))
+        copy_tokenizer(self.args.model if os.path.isdir(self.args.model) else out, tmp)
         meta = {"step": self.step_no, "loss": self.args.loss, "optimizer": self.args.optimizer, "lr": self.args.lr,
                 "betas": [self.args.beta1, self.args.beta2], "weight_decay": self.args.weight_decay}
-        with open(os.path.join(out, STATE) + ".tmp", "w") as f:
+        with open(os.path.join(tmp, STATE), "w") as f:
             json.dump(meta, f, indent=2)
-        os.replace(os.path.join(out, STATE) + ".tmp", os.path.join(out, STATE))
-        if out not in self.tokenizer_copied:
-            copy_tokenizer(self.args.model, out)
-            self.tokenizer_copied.add(out)
+        old = f"{out}.old-{os.getpid()}"
+        if os.path.exists(out):
+            os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def parser():
@@ -363,6 +498,10 @@ def parser():
     p.add_argument("--ref", default=None)
     p.add_argument("--entropy-coef", type=float, default=0.0)
     p.add_argument("--micro-batch-tokens", type=int, default=16384)
+    p.add_argument("--mini-batches", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--rollout-correction", choices=["token-tis", "seq-mask", "none"], default="token-tis")
+    p.add_argument("--rollout-correction-cap", type=float, default=2.0)
     p.add_argument("--max-shard-bytes", type=int, default=0)
     p.add_argument("--policy", default=None)
     p.add_argument("--device", default="auto")

@@ -108,7 +108,8 @@ class Model(TempDirCase):
 
         def spy(q, k, v, mask):
             if len(seen) < 2:
-                seen.append(torch.softmax((q[0, :, -1:] @ k[0].transpose(-2, -1)).squeeze(-2) / q.size(-1) ** 0.5, -1))
+                kh = k.repeat_interleave(q.size(1) // k.size(1), dim=1)  # attend takes K/V per KV head
+                seen.append(torch.softmax((q[0, :, -1:] @ kh[0].transpose(-2, -1)).squeeze(-2) / q.size(-1) ** 0.5, -1))
             return real(q, k, v, mask)
 
         with torch.no_grad(), mock.patch.object(model_module, "attend", spy):

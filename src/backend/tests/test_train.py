@@ -76,11 +76,12 @@ class Losses(TempDirCase):
         m0 = self.checkpoint()
         a = dict(A, advantage=1.0, logprobs=[-1.0] * 4)
         b = dict(B, advantage=-1.0)
-        rec = self.trainer(m0, self.path("o"), "--loss", "grpo").step(batch([a, b]))
+        rec = self.trainer(m0, self.path("o"), "--loss", "grpo", "--rollout-correction", "none").step(batch([a, b]))
         self.assertEqual(rec["pg_clipfrac"], 0.0)
         self.assertEqual(rec["approx_kl"], 0.0)
         self.assertAlmostEqual(rec["loss"], (-1.0 * 3 + 1.0 * 3) / 6, places=6)
         self.assertIn("logprob_mismatch", rec)  # rollout log-probs present on A: reported, not used
+        self.assertEqual(rec["rollout_correction"], "none")
 
     def test_entropy_bonus_and_kl(self):
         m0 = self.checkpoint()
@@ -221,3 +222,108 @@ class Validation(TempDirCase):
         self.assertEqual(got, [[1, 2, 3]])
         with self.assertRaisesRegex(DataError, "s:2: invalid JSON"):
             list(read_batches(iter(['{"a":1}\n', "{oops\n"]), "s", follow=True))
+
+
+C = {"prompt_ids": [3, 4], "response_ids": [30, 31, 32], "loss_mask": [1, 1, 1]}
+D = {"prompt_ids": [8], "response_ids": [40, 41], "loss_mask": [1, 1]}
+
+
+class RolloutCorrection(TempDirCase):
+    """Truncated importance sampling on the engine-vs-trainer mismatch, against hand computations."""
+
+    def shifted(self, m0, shift_a, shift_b):
+        la, lb = logprobs_of(m0, A), logprobs_of(m0, B)
+        # the engine's log-probs are the trainer's minus a shift: pi_old / pi_rollout = exp(shift)
+        a = dict(A, advantage=1.5, logprobs=[x - s for x, s in zip(la, shift_a)])
+        b = dict(B, advantage=-0.7, logprobs=[x - s for x, s in zip(lb, shift_b)])
+        return a, b
+
+    def test_token_tis_weights_each_token_by_the_capped_ratio(self):
+        m0 = self.checkpoint()
+        shift_a, shift_b = [1.0, 0.1, 0.0, -0.3], [0.9, -0.2, 0.0]  # ratios 2.72 (capped), 1.1, -, 0.74 | 2.46 (capped)...
+        a, b = self.shifted(m0, shift_a, shift_b)
+        rec = self.trainer(m0, self.path("o"), "--loss", "grpo").step(batch([a, b]))
+        terms, capped, k3 = [], 0, []
+        for r, shifts in ((a, shift_a), (b, shift_b)):
+            for s, k in zip(shifts, r["loss_mask"]):
+                if not k:
+                    continue
+                w = min(math.exp(s), 2.0)
+                capped += math.exp(s) > 2.0
+                terms.append(-r["advantage"] * 1.0 * w)  # recomputed old: the PPO ratio is 1
+                k3.append(math.exp(s) - s - 1)
+        self.assertEqual(rec["rollout_correction"], "token-tis")
+        self.assertAlmostEqual(rec["loss"], sum(terms) / len(terms), places=5)
+        self.assertAlmostEqual(rec["tis_capped_frac"], capped / len(terms), places=6)
+        self.assertEqual(capped, 2)
+        self.assertAlmostEqual(rec["rollout_kl"], sum(k3) / len(k3), places=5)
+        cap3 = self.trainer(m0, self.path("o2"), "--loss", "grpo", "--rollout-correction-cap", "3").step(batch([a, b]))
+        self.assertEqual(cap3["tis_capped_frac"], 0.0)
+
+    def test_seq_mask_drops_sequences_whose_mean_ratio_is_out_of_bounds(self):
+        m0 = self.checkpoint()
+        shift_a, shift_b = [1.0, 0.9, 5.0, 0.8], [0.1, -0.1, 0.05]  # A: mean log-ratio 0.9 > log 2 (masked token ignored)
+        a, b = self.shifted(m0, shift_a, shift_b)
+        rec = self.trainer(m0, self.path("o"), "--loss", "grpo", "--rollout-correction", "seq-mask").step(batch([a, b]))
+        self.assertAlmostEqual(rec["seq_masked_frac"], 0.5)
+        self.assertAlmostEqual(rec["loss"], (0.7 * 3) / 6, places=5)  # only B's three tokens count
+
+    def test_rollout_old_logprobs_make_no_correction(self):
+        m0 = self.checkpoint()
+        a, b = self.shifted(m0, [1.0, 0.1, 0.0, -0.3], [0.9, -0.2, 0.0])
+        rec = self.trainer(m0, self.path("o"), "--loss", "grpo", "--old-logprobs", "rollout").step(batch([a, b]))
+        self.assertEqual(rec["rollout_correction"], "none")
+        self.assertNotIn("tis_capped_frac", rec)
+        self.assertGreater(rec["rollout_kl"], 0.0)
+
+
+class MiniBatches(TempDirCase):
+    def records(self):
+        return [dict(A, advantage=1.0), dict(B, advantage=-1.0), dict(C, advantage=0.5), dict(D, advantage=-0.5)]
+
+    def test_k_updates_per_batch_against_the_behaviour_policy(self):
+        m0 = self.checkpoint()
+        sgd = ("--loss", "grpo", "--optimizer", "sgd", "--weight-decay", "0", "--lr", "0.5", "--max-grad-norm", "0")
+        t = self.trainer(m0, self.path("o"), *sgd, "--mini-batches", "2")
+        recs = self.records()
+        first, second = t.mini_batches([dict(r, i=i) for i, r in enumerate(recs)], 0)
+        rec = t.step(batch(recs))
+        self.assertEqual(rec["updates"], 2)
+        self.assertEqual(rec["mini_batches"], 2)
+        # update 1 alone, from m0: the weights the second mini-batch is scored with
+        only_first = [recs[s["i"]] for s in first]
+        self.trainer(m0, self.path("m1"), *sgd).step(batch(only_first))
+        old, new, n = 0.0, 0.0, 0
+        for s in second:
+            r = recs[s["i"]]
+            for x0, x1, k in zip(logprobs_of(m0, r), logprobs_of(self.path("m1"), r), r["loss_mask"]):
+                if k:
+                    old, new, n = old + x0, new + x1, n + 1
+        total = sum(sum(r["loss_mask"]) for r in recs)
+        # approx_kl: mean of (old - logp) over every update's tokens; update 1's ratios are exactly 1
+        self.assertAlmostEqual(rec["approx_kl"], (old - new) / total, places=4)
+        self.assertNotEqual(rec["approx_kl"], 0.0)
+
+    def test_a_moving_ratio_engages_the_clip(self):
+        m0 = self.checkpoint()
+        t = self.trainer(m0, self.path("o"), "--loss", "grpo", "--lr", "0.05", "--mini-batches", "2", "--epochs", "3")
+        rec = t.step(batch(self.records()))
+        self.assertEqual(rec["updates"], 6)
+        self.assertGreater(rec["pg_clipfrac"], 0.0)
+        one = self.trainer(m0, self.path("o1"), "--loss", "grpo", "--lr", "0.05").step(batch(self.records()))
+        self.assertEqual(one["updates"], 1)
+        self.assertEqual(one["pg_clipfrac"], 0.0)
+
+    def test_end_batch_step_names_the_checkpoint(self):
+        m0 = self.checkpoint()
+        lines = [json.dumps(dict(A, advantage=1.0)), json.dumps({"v": 1, "end_batch": True, "step": 7})]
+        batches = list(read_batches(lines, "stdin", True))
+        self.assertEqual(batches[0].step, 7)
+        rec = self.trainer(m0, self.path("s-{step}"), "--loss", "grpo", "--policy", "rl-{step}").step(batches[0])
+        self.assertEqual(rec["step"], 7)
+        self.assertEqual(rec["policy"], "rl-7")
+        self.assertTrue(os.path.isfile(self.path("s-7", "trainer_state.json")))
+        self.assertEqual([n for n in os.listdir(self.tmp) if "partial" in n or ".old-" in n], [])
+        with self.assertRaises(DataError) as e:
+            list(read_batches([lines[0], '{"end_batch": true, "step": -1}'], "in.jsonl", True))
+        self.assertIn("in.jsonl:2: step", str(e.exception))
