@@ -30,17 +30,40 @@ const echo = (input: string, expected: string) => ({
 });
 const cpp = (solution: string, expected: string) => ({ type: 'cpp', solution, expected_output: expected });
 
+async function postTo(url: string, path: string, body: unknown) {
+  const response = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  assert.equal(response.status, 200);
+  return (await response.json()) as Answer & { results: Answer[] };
+}
+
+/** Calls at, just past, far past and well under the limit, side by side, a few rounds. */
+async function checkBoundary(url: string, rounds: number) {
+  const sleep = (s: number) => ({ type: 'python', solution: `import time\ntime.sleep(${s})\nprint("done")` });
+  for (let round = 0; round < rounds; round += 1) {
+    const [batch, over, below] = await Promise.all([
+      postTo(url, '/run/batch', { type: 'batch', submissions: [sleep(LIMIT), sleep(LIMIT + 0.001)] }),
+      postTo(url, '/run', sleep(LIMIT + 5)),
+      postTo(url, '/run', sleep(LIMIT * 0.5)),
+    ]);
+    for (const r of [...batch.results, over]) {
+      assert.equal(r.reason, 'worker_timeout', JSON.stringify(r));
+      assert.equal(r.run_success, false);
+      assert.equal(r.stdout, 'Suicide from timeout.\n');
+      assert.ok(r.cost >= LIMIT, `cost ${r.cost}`);
+    }
+    assert.equal(below.reason, '', JSON.stringify(below));
+    assert.equal(below.stdout, 'done\n');
+    assert.ok(below.cost < LIMIT);
+  }
+}
+
 describe('code-judge tests/test_main.py, against sandbox-serve', () => {
   let server: GuardedServer;
-  const post = async (path: string, body: unknown) => {
-    const response = await fetch(`${server.url}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    });
-    assert.equal(response.status, 200);
-    return (await response.json()) as Answer & { results: Answer[] };
-  };
+  const post = (path: string, body: unknown) => postTo(server.url, path, body);
   /** A /judge answer has code-judge's JudgeResult fields only; a /run answer has the output too. */
   const checkShape = (kind: string, answer: Answer) =>
     assert.deepEqual(
@@ -164,26 +187,7 @@ describe('code-judge tests/test_main.py, against sandbox-serve', () => {
   }
 
   test('the timeout boundary: at the limit always a timeout, comfortably below never', async () => {
-    const sleep = (s: number) => ({
-      type: 'python',
-      solution: `import time\ntime.sleep(${s})\nprint("done")`,
-    });
-    for (let round = 0; round < 3; round += 1) {
-      const [batch, over, below] = await Promise.all([
-        post('/run/batch', { type: 'batch', submissions: [sleep(LIMIT), sleep(LIMIT + 0.001)] }),
-        post('/run', sleep(LIMIT + 5)),
-        post('/run', sleep(LIMIT * 0.5)),
-      ]);
-      for (const r of [...batch.results, over]) {
-        assert.equal(r.reason, 'worker_timeout', JSON.stringify(r));
-        assert.equal(r.run_success, false);
-        assert.equal(r.stdout, 'Suicide from timeout.\n');
-        assert.ok(r.cost >= LIMIT, `cost ${r.cost}`);
-      }
-      assert.equal(below.reason, '', JSON.stringify(below));
-      assert.equal(below.stdout, 'done\n');
-      assert.ok(below.cost < LIMIT);
-    }
+    await checkBoundary(server.url, 3);
   });
 
   test('a timed-out call keeps what it printed, then the timeout line', async () => {
@@ -196,4 +200,15 @@ describe('code-judge tests/test_main.py, against sandbox-serve', () => {
     assert.equal(busy.stdout, 'x\nSuicide from timeout.\n');
     assert.equal(busy.stderr, '');
   });
+});
+
+test('the timeout boundary holds without namespaces too (degraded mode)', async () => {
+  const server = await startGuardedServer(['--workers', '2', '--timeout', String(LIMIT)], {
+    env: { RSTAR_SANDBOX_NO_ISOLATION: '1' },
+  });
+  try {
+    await checkBoundary(server.url, 2);
+  } finally {
+    assert.deepEqual(await server.stop(), []);
+  }
 });
