@@ -191,7 +191,20 @@ describe('hostile code', () => {
       'import resource, signal\nsignal.alarm(0)\nfor lim in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NPROC):\n    try:\n        resource.setrlimit(lim, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n        print("lifted")\n    except (ValueError, OSError):\n        pass\nwhile True:\n    pass',
     );
     assert.equal(r.reason, 'worker_timeout');
-    assert.equal(r.stdout, '');
+    assert.equal(r.stdout, 'Suicide from timeout.\n');
+    await unharmed();
+  });
+
+  test('a call that ignores or catches the time-up signal still ends at its limit', async () => {
+    for (const handler of ['signal.SIG_IGN', 'lambda *_: print("caught", flush=True)']) {
+      const started = Date.now();
+      const r = await run(
+        `import signal, time\nsignal.signal(signal.SIGALRM, ${handler})\nwhile True:\n    time.sleep(0.01)`,
+      );
+      assert.equal(r.reason, 'worker_timeout');
+      assert.match(r.stdout ?? '', /Suicide from timeout\.\n$/);
+      assert.ok(Date.now() - started < 6000, `${Date.now() - started} ms`);
+    }
     await unharmed();
   });
 

@@ -4,6 +4,13 @@ import type { RawResult } from './executor.js';
 /** Exit code the executor uses when the sandbox itself could not be set up for a call. */
 const SETUP_FAILED = 125;
 
+/**
+ * The line code-judge's Python runner writes to stdout when a call reaches its time limit; a
+ * timed-out call's stdout ends with it here too, so a client written for code-judge (or a model
+ * trained on its tool responses) sees the same answer.
+ */
+export const TIMEOUT_LINE = 'Suicide from timeout.\n';
+
 export function subId(submission: Submission): string | number {
   return submission.sub_id ?? '';
 }
@@ -37,14 +44,15 @@ export function toResult(submission: Submission, raw: RawResult, outputChars: nu
   let success = runSuccess;
   const expected = submission.expected_output;
   if (success && expected !== undefined && expected !== null) success = raw.stdout.trim() === expected.trim();
+  // code-judge appends its line to what the program printed, then caps the output.
+  const stdout = reason === 'worker_timeout' ? raw.stdout + TIMEOUT_LINE : raw.stdout;
   return {
     sub_id: subId(submission),
     success,
     run_success: runSuccess,
     cost: raw.cost,
     reason,
-    stdout:
-      raw.stdout.length > outputChars ? Array.from(raw.stdout).slice(0, outputChars).join('') : raw.stdout,
+    stdout: stdout.length > outputChars ? Array.from(stdout).slice(0, outputChars).join('') : stdout,
     stderr: raw.stderr,
   };
 }

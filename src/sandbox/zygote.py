@@ -282,6 +282,33 @@ def set_cpu_limit(timeout):
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
 
 
+# A call that reaches its time limit gets this signal (its own timer's and the executor's), and
+# is killed TIME_UP_GRACE seconds later whatever it does; in between, what the program printed
+# but still holds in its stream buffers is written out, as a process stopped by code-judge's
+# alarm writes it out.
+TIME_UP = signal.SIGALRM
+TIME_UP_GRACE = 0.1
+
+
+def flush_and_exit(*_):
+    for stream in (sys.stdout, sys.stderr, STREAMS[1], STREAMS[2]):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(124)
+
+
+def stop_at_limit(pid, pidfd):
+    """Ends a call that reached its time limit: the notice, a short grace, then SIGKILL."""
+    try:
+        os.kill(pid, TIME_UP)
+        select.select([pidfd], [], [], TIME_UP_GRACE)
+    except ProcessLookupError:
+        pass
+    kill_call(pid)
+
+
 def prepare_process():
     """What every call's child would otherwise set up itself, done once here and inherited by
     each fork: the calls' environment, no supplementary groups, no core dumps, the descriptor
@@ -431,7 +458,7 @@ def run_script(code, scope):
 
 
 def read_request(fd):
-    """The request arrives on fd 3 as `timeout\nmode\ncode`, closed by EOF; EOF alone means the
+    """The request arrives on fd 3 as `timeout deadline\nmode\ncode`, closed by EOF; EOF alone means the
     executor is shutting down or discarding this child. (Plain bytes: decoding JSON here would
     touch, and so copy, the json module's pages in every call.)"""
     chunks = []
@@ -443,8 +470,14 @@ def read_request(fd):
     os.close(fd)
     if not chunks:
         return None
-    timeout, mode, code = b''.join(chunks).split(b'\n', 2)
-    return {'timeout': float(timeout), 'mode': mode.decode(), 'code': code.decode('utf-8', 'surrogatepass')}
+    limits, mode, code = b''.join(chunks).split(b'\n', 2)
+    timeout, deadline = limits.split()
+    return {
+        'timeout': float(timeout),
+        'deadline': float(deadline),
+        'mode': mode.decode(),
+        'code': code.decode('utf-8', 'surrogatepass'),
+    }
 
 
 def child_main(scratch, stdin_fd, out_w, err_w, req_r):
@@ -465,6 +498,11 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
         if req is None:
             os._exit(0)
         set_cpu_limit(req['timeout'])
+        # The call's own alarm at the deadline (the executor's clock: CLOCK_MONOTONIC is shared),
+        # so a program is stopped at its limit as code-judge's alarm stops it, not when the
+        # executor next gets the CPU; the executor's notice and kill follow regardless.
+        signal.signal(TIME_UP, flush_and_exit)
+        signal.setitimer(signal.ITIMER_REAL, max(req['deadline'] - time.perf_counter(), 1e-6))
         # The code runs in a module that *is* `__main__`, as a script does: pickle (and so
         # multiprocessing.Pool) finds its functions and classes as `__main__.NAME`, and the
         # warm interpreter's own `__main__` (this file) is out of its sight.
@@ -573,7 +611,7 @@ class Prepared:
                 os.close(fd)
         self.pidfd = os.pidfd_open(self.pid)
 
-    def start(self, code, stdin, timeout, mode):
+    def start(self, code, stdin, timeout, deadline, mode):
         """Hands the call to the child (code and stdin are views of REQ); False when the child
         died while it waited."""
         write_all(self.stdin_fd, [stdin])
@@ -581,7 +619,7 @@ class Prepared:
         os.close(self.stdin_fd)
         self.stdin_fd = -1
         try:
-            write_all(self.req_w, [b'%r\n%s\n' % (timeout, mode), code])
+            write_all(self.req_w, [b'%r %r\n%s\n' % (timeout, deadline, mode), code])
         except BrokenPipeError:
             return False
         finally:
@@ -642,22 +680,23 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode):
     ERR.reserve(keep_bytes)
     child = take_prepared()
     start = time.perf_counter()
-    if not child.start(code, stdin, timeout, mode):
+    deadline = start + timeout
+    if not child.start(code, stdin, timeout, deadline, mode):
         # It died while waiting (e.g. killed from outside): a fresh one runs the call.
         child.discard()
         child = Prepared()
         start = time.perf_counter()
-        if not child.start(code, stdin, timeout, mode):
+        deadline = start + timeout
+        if not child.start(code, stdin, timeout, deadline, mode):
             child.discard()
             raise OSError('sandbox child died before its call')
     pid, pidfd, out_r, err_r = child.pid, child.pidfd, child.out_r, child.err_r
-    deadline = start + timeout
     kept = {out_r: 0, err_r: 0}
     areas = {out_r: OUT.view, err_r: ERR.view}
     drain = DRAIN.view
     total = 0
     open_fds = [out_r, err_r]
-    timed_out = output_exceeded = False
+    output_exceeded = False
     exited_at = None
     try:
         while open_fds:
@@ -665,9 +704,8 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode):
             if exited_at is None:
                 wait = deadline - now
                 if wait <= 0:
-                    timed_out = True
-                    kill_call(pid)
                     exited_at = now
+                    stop_at_limit(pid, pidfd)
                     continue
                 ready, _, _ = select.select(open_fds + [pidfd], [], [], wait)
             else:
@@ -700,6 +738,9 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode):
         _, status = os.waitpid(pid, 0)
     finally:
         child.close()
+    # A call still running at its deadline is a timeout, and so is one whose exit was seen only
+    # at or after it (the exit and the deadline raced): `sleep(limit)` always times out.
+    timed_out = not output_exceeded and exited_at >= deadline
     cost = exited_at - start
     respond(call_id, os.waitstatus_to_exitcode(status), cost, timed_out, output_exceeded, None, kept[out_r], kept[err_r])
 
