@@ -3,9 +3,11 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { InvalidArgumentError } from 'commander';
 import { UsageError } from '../errors.js';
+import { readPerProblem } from '../eval/bootstrap.js';
+import { plotCurve } from '../eval/curve.js';
 import type { Benchmark, ProblemsFormat } from '../eval/problems.js';
 import { benchmarkName, checkDistinct, loadBenchmark } from '../eval/problems.js';
-import { compareReports, readReport } from '../eval/report.js';
+import { compareReports, type PairedProblems, readReport } from '../eval/report.js';
 import { openRoller, type Roller } from '../eval/rollout.js';
 import { type BenchmarkResult, evaluateBenchmark, type Sourced, slug, writeReport } from '../eval/run.js';
 import { type Compat, loadVerifier, type Verifier } from '../eval/verifier.js';
@@ -36,6 +38,7 @@ interface Options {
   reverify?: boolean;
   compat: Compat;
   compare?: string[];
+  curve?: string;
 }
 
 const log = (message: string) => {
@@ -115,14 +118,30 @@ export async function run(argv: string[]): Promise<void> {
       compatMode,
       'strict',
     )
-    .option('--compare <reports...>', 'print B - A of two report.json files as a markdown table');
+    .option('--compare <reports...>', 'print B - A of two report.json files as a markdown table')
+    .option(
+      '--curve <file>',
+      'plot an RL curve.jsonl (training reward, held-out avg@n per step) to curve.svg beside it',
+    );
   if (!parse(cmd, argv)) return;
   const opts = cmd.opts<Options>();
 
+  if (opts.curve !== undefined) {
+    process.stdout.write(`${await plotCurve(opts.curve)}\n`);
+    return;
+  }
   if (opts.compare) {
     if (opts.compare.length !== 2) throw new UsageError('--compare takes two report.json files: A B');
     const [a, b] = opts.compare;
-    process.stdout.write(compareReports(await readReport(a), await readReport(b), [a, b]));
+    const ra = await readReport(a);
+    const rb = await readReport(b);
+    const paired: PairedProblems = new Map();
+    for (const s of ra.benchmarks) {
+      const pa = await readPerProblem(a, s.benchmark);
+      const pb = pa && (await readPerProblem(b, s.benchmark));
+      if (pa && pb) paired.set(s.benchmark, { a: pa, b: pb });
+    }
+    process.stdout.write(compareReports(ra, rb, [a, b], paired));
     return;
   }
 

@@ -4,6 +4,8 @@ import { type EvalSummary, Report } from '../records/eval.js';
 
 export { Report };
 
+import type { EvalProblem } from '../records/eval.js';
+import { compareMetric, type PerProblem } from './bootstrap.js';
 import type { EvalSummaryRecord } from './metrics.js';
 
 export function makeReport(summaries: EvalSummaryRecord[], extra: Record<string, unknown> = {}): Report {
@@ -114,24 +116,55 @@ export async function readReport(file: string): Promise<Report> {
 
 const signed = (d: number, digits: number): string => `${d >= 0 ? '+' : ''}${d.toFixed(digits)}`;
 
+/** Both sides' per-problem records of a benchmark, where both eval folders have them. */
+export type PairedProblems = Map<string, { a: PerProblem; b: PerProblem }>;
+
+const perProblemPassAtK = (k: number) => (p: EvalProblem) => {
+  const v = (p['pass@k'] as Record<string, unknown> | undefined)?.[String(k)];
+  return typeof v === 'number' ? v : undefined;
+};
+
 /**
  * A markdown table of B - A per benchmark and metric (e.g. A = the SFT checkpoint, B = after RL).
- * Percent metrics are shown in points; a benchmark present on one side only shows blanks.
+ * Percent metrics are shown in points; a benchmark present on one side only shows blanks. Where
+ * `paired` holds both sides' per-problem records, avg@n, pass@k and maj@n get a paired bootstrap
+ * 95% interval of the difference (problems resampled, the same problems on both sides).
  */
-export function compareReports(a: Report, b: Report, labels = ['A', 'B']): string {
+export function compareReports(
+  a: Report,
+  b: Report,
+  labels = ['A', 'B'],
+  paired: PairedProblems = new Map(),
+): string {
   const byName = (r: Report) => new Map(r.benchmarks.map((s) => [s.benchmark, s]));
   const ma = byName(a);
   const mb = byName(b);
   const names = [...new Set([...ma.keys(), ...mb.keys()])];
   const ks = allKs([...a.benchmarks, ...b.benchmarks]);
-  const metrics: { name: string; get: (s: EvalSummary) => unknown; percent: boolean }[] = [
-    { name: 'avg@n (%)', get: (s) => s['avg@n'], percent: true },
+  const metrics: {
+    name: string;
+    get: (s: EvalSummary) => unknown;
+    percent: boolean;
+    problem?: (p: EvalProblem) => number | undefined;
+  }[] = [
+    {
+      name: 'avg@n (%)',
+      get: (s) => s['avg@n'],
+      percent: true,
+      problem: (p) => (p.n > 0 ? p.correct / p.n : undefined),
+    },
     ...ks.map((k) => ({
       name: `pass@${k} (%)`,
       get: (s: EvalSummary) => s['pass@k'][String(k)],
       percent: true,
+      problem: perProblemPassAtK(k),
     })),
-    { name: 'maj@n (%)', get: (s) => s['maj@n'], percent: true },
+    {
+      name: 'maj@n (%)',
+      get: (s) => s['maj@n'],
+      percent: true,
+      problem: (p) => (typeof p['maj@n'] === 'number' ? p['maj@n'] : undefined),
+    },
     { name: 'mean len', get: (s) => s.mean_tokens, percent: false },
     { name: 'tool calls/traj', get: (s) => s.tool_calls_per_traj, percent: false },
     { name: 'tool err (%)', get: (s) => s.tool_error_rate, percent: true },
@@ -141,6 +174,7 @@ export function compareReports(a: Report, b: Report, labels = ['A', 'B']): strin
   for (const name of names) {
     const sa = ma.get(name);
     const sb = mb.get(name);
+    const pp = paired.get(name);
     for (const m of metrics) {
       const va = sa ? m.get(sa) : undefined;
       const vb = sb ? m.get(sb) : undefined;
@@ -149,8 +183,15 @@ export function compareReports(a: Report, b: Report, labels = ['A', 'B']): strin
       const digits = m.percent ? 1 : m.name === 'mean len' ? 0 : 2;
       const fmt = (v: unknown) => (typeof v === 'number' ? (v * scale).toFixed(digits) : '');
       const delta = typeof va === 'number' && typeof vb === 'number' ? signed((vb - va) * scale, digits) : '';
-      rows.push([name, m.name, fmt(va), fmt(vb), delta]);
+      const ci = pp && m.problem ? compareMetric(pp.a, pp.b, m.problem) : undefined;
+      const interval = ci ? `[${signed(ci.lo * scale, digits)}, ${signed(ci.hi * scale, digits)}]` : '';
+      rows.push([name, m.name, fmt(va), fmt(vb), delta, interval]);
     }
   }
-  return `${table(['benchmark', 'metric', labels[0], labels[1], 'Δ'], rows)}\n`;
+  const pairs = [...paired.values()].map((p) => [...p.a.keys()].filter((id) => p.b.has(id)).length);
+  const note =
+    pairs.length > 0
+      ? `\n95% intervals: paired bootstrap over the ${pairs.join(' / ')} problems both sides evaluated (4000 resamples); an interval that excludes 0 is a change beyond problem-sampling noise.\n`
+      : '';
+  return `${table(['benchmark', 'metric', labels[0], labels[1], 'Δ', '95% CI of Δ'], rows)}\n${note}`;
 }

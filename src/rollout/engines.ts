@@ -24,8 +24,13 @@ export interface EngineClient {
   capacity(): Promise<Capacity | undefined>;
   /** The model or checkpoint the engine serves (the trajectories' `policy`). */
   model(): Promise<string>;
-  /** Loads a checkpoint and resolves once the engine serves it. */
-  reload(checkpoint: string): Promise<void>;
+  /**
+   * Loads a checkpoint and resolves once the engine serves it; `version` labels the weights (SGLang's
+   * weight_version), so rollout can wait for a policy and stamp what generated a trajectory.
+   */
+  reload(checkpoint: string, version?: string): Promise<void>;
+  /** The label of the weights served now, or undefined when the engine keeps none (vLLM). */
+  weightVersion(): Promise<string | undefined>;
 }
 
 /** An engine that answered with an HTTP error or malformed data: retried, never silently used. */
@@ -179,17 +184,23 @@ export class SglangClient implements EngineClient {
     return info?.model_path ?? this.url;
   }
 
-  async reload(checkpoint: string): Promise<void> {
-    const out = (await post(
-      `${this.url}/update_weights_from_disk`,
-      { model_path: checkpoint },
-      this.#timeoutMs,
-    )) as {
+  async reload(checkpoint: string, version?: string): Promise<void> {
+    const body: Record<string, string> = { model_path: checkpoint };
+    if (version !== undefined) body.weight_version = version;
+    const out = (await post(`${this.url}/update_weights_from_disk`, body, this.#timeoutMs)) as {
       success?: boolean;
       message?: string;
     };
     if (out?.success === false)
       throw new EngineError(`${this.url}: reload failed: ${out.message ?? ''}`, false);
+  }
+
+  /** SGLang's `GET /get_weight_version` (and engine-serve's); undefined on a server without it. */
+  async weightVersion(): Promise<string | undefined> {
+    const out = (await get(`${this.url}/get_weight_version`, this.#probeMs).catch(() => undefined)) as
+      | { weight_version?: unknown }
+      | undefined;
+    return typeof out?.weight_version === 'string' ? out.weight_version : undefined;
   }
 }
 
@@ -290,6 +301,11 @@ export class VllmClient implements EngineClient {
     if (typeof out === 'object' && out !== null && 'results' in out && !Array.isArray(out.results))
       fail(this.url, '/collective_rpc results');
     await post(`${this.url}/reset_prefix_cache`, {}, this.#timeoutMs).catch(devMode);
+  }
+
+  /** vLLM labels no weights: rollout cannot wait for a policy version on it. */
+  async weightVersion(): Promise<string | undefined> {
+    return undefined;
   }
 }
 

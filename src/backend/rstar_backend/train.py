@@ -435,6 +435,12 @@ class Trainer:
             return
         with open(meta_path) as f:
             meta = json.load(f)
+        # A different loss starts afresh (auto): AdamW's second moments from SFT are the size of SFT's
+        # gradients, far above a policy gradient's, and with beta2 = 0.999 they would shrink every RL
+        # update for ~a thousand steps.
+        mode = self.args.optimizer_state
+        if mode == "reset" or (mode == "auto" and meta.get("loss") not in (None, self.args.loss)):
+            return
         self.step_no = int(meta["step"])
         if not os.path.isfile(moments_path):
             return
@@ -499,6 +505,7 @@ def parser():
     p.add_argument("--entropy-coef", type=float, default=0.0)
     p.add_argument("--micro-batch-tokens", type=int, default=16384)
     p.add_argument("--mini-batches", type=int, default=1)
+    p.add_argument("--optimizer-state", choices=["auto", "load", "reset"], default="auto")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--rollout-correction", choices=["token-tis", "seq-mask", "none"], default="token-tis")
     p.add_argument("--rollout-correction-cap", type=float, default=2.0)
