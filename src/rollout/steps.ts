@@ -1,0 +1,216 @@
+import { fnv1a, mulberry32 } from '../random.js';
+import type { Problem } from '../records/problem.js';
+import type { Trajectory } from '../records/trajectory.js';
+import type { EngineClient } from './engines.js';
+import { type RolloutOptions, rollout } from './index.js';
+
+/**
+ * The line that closes a step's batch in the RL pipeline (`rollout --steps | roc-filter | advantage
+ * | train-step --follow`): every command passes it on after the step's records, and train-step trains
+ * on what came before it and names the checkpoint after `step`.
+ */
+export interface EndBatch {
+  v: 1;
+  end_batch: true;
+  step: number;
+  stats: StepStats;
+}
+
+export interface StepStats {
+  /** Problems sampled this step (the batch plus dynamic-sampling refills). */
+  problems: number;
+  trajectories: number;
+  /** Mean reward over the step's trajectories that did not fail for infrastructure reasons. */
+  mean_reward: number;
+  /** Groups whose rewards differ: what GRPO learns from. */
+  mixed_groups: number;
+  /** Sampling rounds: 1, plus one per dynamic-sampling refill. */
+  rounds: number;
+  /** The oldest weight_version any engine served when the step started. */
+  policy_version: number;
+  /** Waiting for the engines to serve a recent enough policy. */
+  wait_seconds: number;
+  seconds: number;
+}
+
+export interface StepOptions {
+  /** Problems per step: the batch, and the target number of mixed groups under dynamic sampling. */
+  batch: number;
+  /** The last step (inclusive). */
+  steps: number;
+  /** The first step (default 1): a resumed run starts after its last finished checkpoint. */
+  startStep?: number;
+  /**
+   * Step k is generated once every engine serves policy k - 1 - maxStaleness or later (default 0:
+   * strictly on-policy, each step waits for the previous one's weights; 1: one-step-off overlap).
+   */
+  maxStaleness?: number;
+  /** Refill up to this many times the batch in problems per step until `batch` groups are mixed (1: off). */
+  dynamicSampling?: number;
+  seed?: number;
+  /** How often the engines' weight_version is polled while waiting (default 200 ms). */
+  pollMs?: number;
+  /** Stops waiting (e.g. when downstream has gone away). */
+  signal?: AbortSignal;
+}
+
+/** Problem order: epoch e is a seeded permutation of the set, so a resumed run draws the same batches. */
+function permutation(n: number, key: string): number[] {
+  const random = mulberry32(fnv1a(key));
+  const out = Array.from({ length: n }, (_, i) => i);
+  for (let i = n - 1; i > 0; i -= 1) {
+    const j = Math.floor(random() * (i + 1));
+    [out[i], out[j]] = [out[j], out[i]];
+  }
+  return out;
+}
+
+/** The problems of step k: positions (k-1)B .. kB-1 of the epoch-by-epoch permuted sequence. */
+export function stepProblems(
+  problems: readonly Problem[],
+  k: number,
+  batch: number,
+  seed: number,
+): Problem[] {
+  const n = problems.length;
+  const out: Problem[] = [];
+  const seen = new Set<string>();
+  for (let pos = (k - 1) * batch; out.length < Math.min(batch, n); pos += 1) {
+    const epoch = Math.floor(pos / n);
+    const p = problems[permutation(n, `${seed}:epoch:${epoch}`)[pos % n]];
+    if (seen.has(p.id)) continue; // a batch spanning two epochs takes each problem once
+    seen.add(p.id);
+    out.push(p);
+  }
+  return out;
+}
+
+/** Problems for a refill round of step k: a permutation of its own, without the step's earlier ones. */
+function refillProblems(
+  problems: readonly Problem[],
+  k: number,
+  round: number,
+  count: number,
+  used: ReadonlySet<string>,
+  seed: number,
+): Problem[] {
+  return permutation(problems.length, `${seed}:step:${k}:refill:${round}`)
+    .map((i) => problems[i])
+    .filter((p) => !used.has(p.id))
+    .slice(0, count);
+}
+
+function parseVersion(url: string, label: string | undefined): number {
+  if (label === undefined) {
+    throw new Error(
+      `${url}: the engine reports no weight_version; rollout --steps needs one to wait for each step's policy ` +
+        '(engine-serve and SGLang >= 0.5 report it; see docs/rollout.md)',
+    );
+  }
+  if (!/^\d+$/.test(label)) {
+    throw new Error(
+      `${url}: weight_version '${label}' is not a step number; start the engine with --weight-version N ` +
+        '(engine-serve) or --weight-version N (SGLang) for the checkpoint it loads',
+    );
+  }
+  return Number(label);
+}
+
+/** Waits until every engine serves policy `need` or later; returns the oldest version served. */
+async function waitForPolicy(
+  engines: readonly EngineClient[],
+  need: number,
+  options: StepOptions,
+): Promise<number> {
+  for (;;) {
+    const versions = await Promise.all(
+      engines.map(async (e) => parseVersion(e.url, await e.weightVersion())),
+    );
+    const oldest = Math.min(...versions);
+    if (oldest >= need) return oldest;
+    if (options.signal?.aborted) throw new Error('rollout stopped while waiting for the engines');
+    await new Promise((resolve) => setTimeout(resolve, options.pollMs ?? 200));
+  }
+}
+
+const isMixed = (rewards: readonly number[]) =>
+  rewards.length > 1 && Math.min(...rewards) !== Math.max(...rewards);
+
+/** An infrastructure failure, kept out of the learning signal (finish "error"). */
+const failed = (t: Trajectory) => t.finish === 'error';
+
+/**
+ * The RL loop's rollout side: for each step, waits until the engines serve a recent enough policy,
+ * samples the step's problems (n each), refills with more problems while too few groups are mixed
+ * (dynamic sampling, DAPO-style, up to a cap), and yields every trajectory as it finishes, stamped
+ * with its `step` and `policy_version`, then an EndBatch line. The rollout options are those of a
+ * single `rollout` call; each step's sampling seed is derived from the base seed and the step.
+ */
+export async function* rolloutSteps(
+  problems: readonly Problem[],
+  rolloutOptions: RolloutOptions,
+  options: StepOptions,
+): AsyncGenerator<Trajectory | EndBatch> {
+  const seed = options.seed ?? rolloutOptions.seed ?? 0;
+  const cap = Math.max(1, options.dynamicSampling ?? 1) * options.batch;
+  for (let k = options.startStep ?? 1; k <= options.steps; k += 1) {
+    const t0 = Date.now();
+    const version = await waitForPolicy(rolloutOptions.engines, k - 1 - (options.maxStaleness ?? 0), options);
+    const waited = (Date.now() - t0) / 1000;
+    const rewards = new Map<string, number[]>();
+    const used = new Set<string>();
+    let batch = stepProblems(problems, k, options.batch, seed);
+    let trajectories = 0;
+    let rounds = 0;
+    let sum = 0;
+    let scored = 0;
+    while (batch.length > 0) {
+      rounds += 1;
+      for (const p of batch) used.add(p.id);
+      for await (const t of rollout(batch, {
+        ...rolloutOptions,
+        seed: seed * 1_000_003 + k * 101 + rounds,
+        skip: undefined,
+      })) {
+        const stamped = { ...t, step: k, policy_version: String(version) } as Trajectory;
+        trajectories += 1;
+        if (!failed(t)) {
+          const list = rewards.get(t.problem_id) ?? [];
+          list.push(t.reward);
+          rewards.set(t.problem_id, list);
+          sum += t.reward;
+          scored += 1;
+        }
+        yield stamped;
+      }
+      const mixed = [...rewards.values()].filter(isMixed).length;
+      const room = cap - used.size;
+      if (mixed >= options.batch || room <= 0) break;
+      // Ask for enough problems to reach the target at the mixed rate seen so far (at least 1 in 10).
+      const rate = Math.max(0.1, mixed / Math.max(1, rewards.size));
+      batch = refillProblems(
+        problems,
+        k,
+        rounds,
+        Math.min(room, Math.ceil((options.batch - mixed) / rate)),
+        used,
+        seed,
+      );
+    }
+    yield {
+      v: 1,
+      end_batch: true,
+      step: k,
+      stats: {
+        problems: used.size,
+        trajectories,
+        mean_reward: scored > 0 ? sum / scored : 0,
+        mixed_groups: [...rewards.values()].filter(isMixed).length,
+        rounds,
+        policy_version: version,
+        wait_seconds: Math.round(waited * 1000) / 1000,
+        seconds: Math.round((Date.now() - t0) / 10) / 100,
+      },
+    };
+  }
+}
