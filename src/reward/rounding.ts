@@ -135,7 +135,8 @@ export function parseRounding(prompt: string): Rounding | null {
     : /\bround(?:ed|ing)?\s+down\b/.test(text)
       ? 'down'
       : 'nearest';
-  return { steps, significant, free, mode };
+  const unique = [...new Map(steps.map((x) => [`${x.n}/${x.d}`, x])).values()];
+  return { steps: unique, significant: [...new Set(significant)], free, mode };
 }
 
 const cache = new Map<string, Rounding | null>();
