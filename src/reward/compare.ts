@@ -16,8 +16,8 @@ import { evaluate, expandPm, hasPm, type Node, symbols } from './expr.js';
 import type { Rounding } from './rounding.js';
 
 /**
- * Strict equivalence of two parsed answers. Values are compared exactly (a decimal with at least
- * two places may stand for an exact value it rounds to); expressions with variables by evaluating
+ * Strict equivalence of two parsed answers. Values are compared exactly (see Policy: a decimal is
+ * the fraction it states; a rounded value counts only where the problem asks for rounding); expressions with variables by evaluating
  * both at seeded random points; intervals, inequalities and unions by membership at the endpoints,
  * just beside them and at random points. Nothing here trades correctness for recall: two answers
  * with different values, different brackets or different variables are different.
