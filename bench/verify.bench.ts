@@ -4,7 +4,7 @@
  *  - scoreResponse on AIME-style responses (extraction from a ~2 KB response, then the check),
  *  - isEquivalent on MATH-500 reference answers against a boxed copy and against a neighbour's
  *    answer (fractions, radicals, tuples, intervals, matrices, expressions),
- *  - the same MATH-500 pairs with --compat rstar.
+ *  - the same MATH-500 pairs with a prompt that asks for rounding, and with --compat rstar.
  * Usage: npm run bench (or node dist/bench/verify.bench.js [--seconds N] [--json FILE])
  */
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -43,12 +43,18 @@ const aimeText = aimePred.map(
 const math = answers('math500.jsonl');
 const mathPred = math.map((a, i) => (i % 2 === 0 ? `\\boxed{${a}}` : math[(i + 1) % math.length]));
 
+/** A prompt with a rounding instruction (parsed once, then cached). */
+const ROUND = 'Express your answer as a decimal to the nearest hundredth.';
+
 const results = {
   aime_isEquivalent: rate((i) => isEquivalent(aimePred[i % aime.length], aime[i % aime.length])),
   aime_scoreResponse: rate((i) =>
     scoreResponse(aimeText[i % aime.length], { answer: aime[i % aime.length] }),
   ),
   math500_isEquivalent: rate((i) => isEquivalent(mathPred[i % math.length], math[i % math.length])),
+  math500_isEquivalent_rounding: rate((i) =>
+    isEquivalent(mathPred[i % math.length], math[i % math.length], { prompt: ROUND }),
+  ),
   math500_isEquivalent_rstar: rate((i) =>
     isEquivalent(mathPred[i % math.length], math[i % math.length], { compat: 'rstar' }),
   ),
@@ -61,6 +67,9 @@ process.stdout.write(
 );
 process.stdout.write(`  AIME responses (~2 KB), scoreResponse ${fmt(results.aime_scoreResponse)} /s\n`);
 process.stdout.write(`  MATH-500 answers, isEquivalent        ${fmt(results.math500_isEquivalent)} /s\n`);
+process.stdout.write(
+  `  MATH-500, prompt asks for rounding    ${fmt(results.math500_isEquivalent_rounding)} /s\n`,
+);
 process.stdout.write(
   `  MATH-500 answers, --compat rstar      ${fmt(results.math500_isEquivalent_rstar)} /s\n`,
 );

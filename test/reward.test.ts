@@ -31,7 +31,8 @@ describe('extractAnswer', () => {
     ['The final answer is 7.78. I hope it is correct.', '7.78'],
     ['the answer is C', 'C'],
     ['no answer here at all', null],
-    ['unclosed \\boxed{12', '12'],
+    // An unbalanced box is no answer (it used to run to the end of the text: gameable).
+    ['unclosed \\boxed{12', null],
   ];
   for (const [text, want] of cases) {
     it(JSON.stringify(text), () => assert.equal(extractAnswer(text), want));
@@ -67,7 +68,6 @@ describe('isEquivalent (strict)', () => {
     ['\\frac{x+2}{7}', '\\frac{x}{7}+\\frac{2}{7}'],
     ['2x+4y-3=0', 'y=-\\frac{1}{2}x+\\frac{3}{4}'],
     ['1 \\pm \\sqrt{5}', '\\{1+\\sqrt{5}, 1-\\sqrt{5}\\}'],
-    ['2.6667', '\\frac{8}{3}'],
     ['\\text{Evelyn}', 'evelyn'],
     ['2^{60}', '1152921504606846976'],
     ['x_{1}=10^{\\frac{-5+\\sqrt{13}}{6}},\\quad x_{2}=3', '3, 10^{\\frac{\\sqrt{13} - 5}{6}}'],
@@ -93,6 +93,8 @@ describe('isEquivalent (strict)', () => {
     ['x<3', 'x \\le 3'],
     ['x+1', 'x+2'],
     ['3.14', '\\pi'],
+    // A 4-place approximation of a non-terminating value used to count (gameable).
+    ['2.6667', '\\frac{8}{3}'],
     ['0', '5x - 7y + 11z + 4 = 0'],
     ['1,2', '1,2,3'],
     ['f(y)', 'f(x)'],

@@ -35,6 +35,36 @@ describe('rstar verify (pairs)', () => {
     assert.equal(lines(stdout)[0].equal, true);
   });
 
+  it("applies the rounding a pair's prompt asks for; rejects approximations and broken markup", async () => {
+    const input = ndjson([
+      { pred: '4.67', ref: '\\frac{14}{3}', prompt: 'Round to the nearest hundredth.' },
+      { pred: '4.67', ref: '\\frac{14}{3}' },
+      { pred: '4.6667', ref: '\\frac{14}{3}' },
+      { pred: '<answer>\\boxed{12</answer>', ref: '12' },
+    ]);
+    const { code, stdout, stderr } = await rstar(['verify'], input);
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(
+      lines(stdout).map((o) => [o.equal, o.pred_answer]),
+      [
+        [true, '4.67'],
+        [false, '4.67'],
+        [false, '4.6667'],
+        [false, null],
+      ],
+    );
+    const rstarOut = lines((await rstar(['verify', '--compat', 'rstar'], input)).stdout);
+    assert.deepEqual(
+      rstarOut.map((o) => [o.equal, o.pred_answer]),
+      [
+        [false, '4.67'],
+        [false, '4.67'],
+        [true, '4.6667'],
+        [true, '12'],
+      ],
+    );
+  });
+
   it('reads a file argument', async () => {
     const file = join(dir, 'pairs.jsonl');
     writeFileSync(file, ndjson([{ pred: '\\frac{1}{2}', ref: '0.5' }]));
@@ -48,6 +78,11 @@ describe('rstar verify (pairs)', () => {
     ['a missing field', '{"pred":"1","ref":"1"}\n\n{"pred":"1"}\n', /^rstar verify: stdin:3: ref: /m],
     ['a wrong type', '{"pred":1,"ref":"1"}\n', /^rstar verify: stdin:1: pred: /m],
     ['a wrong kind', '{"pred":"1","ref":"1","kind":"essay"}\n', /^rstar verify: stdin:1: kind: /m],
+    [
+      'a prompt that is not text',
+      '{"pred":"1","ref":"1"}\n{"pred":"1","ref":"1","prompt":3}\n',
+      /^rstar verify: stdin:2: prompt: /m,
+    ],
   ];
   for (const [what, input, message] of bad) {
     it(`fails on ${what} with the line number (exit 1)`, async () => {
@@ -79,6 +114,7 @@ describe('rstar verify --problems', () => {
     ndjson([
       { id: 'p1', prompt: 'q1', answer: '25' },
       { id: 'p2', prompt: 'q2', answer: 'B', kind: 'choice', choices: ['1', '2', '3', '4'] },
+      { id: 'p3', prompt: 'Give the area to the nearest tenth.', answer: '\\frac{14}{3}' },
     ]),
   );
   const traj = (problem_id: string, text: string, extra: Record<string, unknown> = {}) => ({
@@ -113,6 +149,24 @@ describe('rstar verify --problems', () => {
       ],
     );
     assert.equal(out[0].turns, 2);
+  });
+
+  it("applies the rounding the problem's prompt asks for", async () => {
+    const input = ndjson([
+      traj('p3', '<answer>\\boxed{4.7}</answer>'),
+      traj('p3', '<answer>\\boxed{4.6667}</answer>'),
+      traj('p3', '<answer>\\boxed{4.7</answer>'),
+    ]);
+    const { code, stdout, stderr } = await rstar(['verify', '--problems', problems], input);
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(
+      lines(stdout).map((o) => [o.answer, o.reward]),
+      [
+        ['4.7', 1],
+        ['4.6667', 0],
+        [null, 0],
+      ],
+    );
   });
 
   it('fails on an unknown problem_id with its line', async () => {

@@ -9,7 +9,10 @@ export async function run(argv: string[]): Promise<void> {
   const cmd = program('verify', 'extract final answers and check them against references')
     .argument('[file]', 'NDJSON input (default: stdin)')
     .option('--compat <mode>', 'strict (not gameable) or rstar (the rStar2-Agent release verdicts)', 'strict')
-    .option('--problems <file>', 'score trajectories: fill `answer` and `reward` against these problems')
+    .option(
+      '--problems <file>',
+      'score trajectories: fill `answer` and `reward` against these problems (their prompts give rounding rules)',
+    )
     .option('--timeout-ms <ms>', 'time bound of one comparison', number(1, 60_000), 200);
   if (!parse(cmd, argv)) return;
   const opts = cmd.opts<{ compat: string; problems?: string; timeoutMs: number }>();
@@ -31,18 +34,25 @@ export async function run(argv: string[]): Promise<void> {
           `${source}:${line}: problem_id: no problem '${record.problem_id}' in ${opts.problems}`,
         );
       }
+      // The problem's prompt travels with it: its rounding instructions apply.
       const { answer, reward } = scoreResponse(record.text, problem, { compat });
       // A truncated trajectory keeps reward 0 whatever its text says (ARCHITECTURE.md, the agent protocol).
       await out.write({ ...record, answer, reward: record.finish === 'length' ? 0 : reward });
     }
   } else {
-    for await (const { record } of readRecords(stream, source, VerifyCase)) {
-      const equal = isEquivalent(record.pred, record.ref, { kind: record.kind, compat, timeoutMs });
+    for await (const { record, line } of readRecords(stream, source, VerifyCase)) {
+      // The problem's text, when a pair carries it, brings its rounding instructions.
+      const prompt = record.prompt;
+      if (prompt !== undefined && typeof prompt !== 'string') {
+        throw new DataError(`${source}:${line}: prompt: expected a string, got ${typeof prompt}`);
+      }
+      const equal = isEquivalent(record.pred, record.ref, { kind: record.kind, compat, timeoutMs, prompt });
+      const lenient = compat === 'rstar';
       await out.write({
         ...record,
         equal,
-        pred_answer: extractLoose(record.pred),
-        ref_answer: extractLoose(record.ref),
+        pred_answer: extractLoose(record.pred, { lenient }),
+        ref_answer: extractLoose(record.ref, { lenient: true }),
       });
     }
   }

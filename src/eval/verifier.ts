@@ -25,7 +25,12 @@ export async function loadVerifier({ compat = 'strict' }: { compat?: Compat } = 
       return a.trim() === b.trim() || isEquivalent(a, b, { kind, compat });
     },
     async score(text, problem) {
-      const reference = { answer: problem.answer, kind: problem.kind, choices: problem.choices };
+      const reference = {
+        answer: problem.answer,
+        kind: problem.kind,
+        choices: problem.choices,
+        prompt: problem.prompt,
+      };
       return scoreResponse(text, reference, { compat });
     },
   };

@@ -1,6 +1,6 @@
 import { parseAnswer } from './answer.js';
 import type { Budget } from './budget.js';
-import { exprEqual } from './compare.js';
+import { exprEqual, LEGACY } from './compare.js';
 import { findBoxes } from './latex.js';
 
 /**
@@ -156,7 +156,7 @@ function mathEqual(prediction: string, reference: string, budget: Budget, pi: nu
     const x = parseAnswer(pt, budget);
     const y = parseAnswer(rt, budget);
     if (x.k === 'expr' && y.k === 'expr') {
-      if (exprEqual(x.node, y.node, budget)) return true;
+      if (exprEqual(x.node, y.node, budget, LEGACY)) return true;
       const vx = Number(x.text) || null;
       const vy = Number(y.text) || null;
       if (vx !== null && vy !== null) return isclose(vx, vy, 1e-4);

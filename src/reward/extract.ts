@@ -1,10 +1,25 @@
-import { type Box, findBoxes, findMath, type MathSpan } from './latex.js';
+import { type Box, balanced, findBoxes, findMath, type MathSpan } from './latex.js';
 
 /**
  * Final-answer extraction. The policy is the rStar2-Agent convention: the last `\boxed{}` inside the
  * `<answer>…</answer>` block, else the last box anywhere, else an "answer is X" phrase. Boxes next
  * to each other (`\boxed{1}, \boxed{2}`) are one answer listing several values.
+ *
+ * Strict by default: an answer with unbalanced markup (a `\boxed{` that never closes before
+ * `</answer>` or the end, `\frac{1}{2`, a stray `{` or `$`) is no answer. `lenient` keeps the
+ * release's reading (`--compat rstar`): an unclosed box runs to the end of the text.
  */
+export interface ExtractOptions {
+  lenient?: boolean;
+}
+
+/** An answer whose markup is broken: extraction yields no answer (and does not look further). */
+export const MALFORMED = Symbol('malformed');
+export type Found = string | null | typeof MALFORMED;
+
+/** A found answer, or MALFORMED when strict extraction finds its markup unbalanced. */
+const checked = (s: string | null, lenient: boolean): Found =>
+  s === null || lenient || balanced(s) ? s : MALFORMED;
 
 /**
  * Between two boxes that belong together: punctuation, spacing, `and`/`or`, math delimiters and the
@@ -13,13 +28,14 @@ import { type Box, findBoxes, findMath, type MathSpan } from './latex.js';
 const JOINER =
   /^(?:[\s,;.+$]|\\[(),;:! ]|\\q?quad|\\text\{\s*(?:and|or|,)?\s*\}|\band\b|\bor\b|[a-zA-Z](?:_\{?\w+\}?)?\s*=)*$/;
 
-function lastBoxGroup(boxes: Box[], text: string): string | null {
+function lastBoxGroup(boxes: Box[], text: string, strict: boolean): Found {
   if (boxes.length === 0) return null;
   const group = [boxes[boxes.length - 1]];
   for (let i = boxes.length - 2; i >= 0; i--) {
     if (!JOINER.test(text.slice(boxes[i].end, group[0].start))) break;
     group.unshift(boxes[i]);
   }
+  if (strict && group.some((b) => !b.closed)) return MALFORMED;
   return group.map((b) => b.content.trim()).join(', ');
 }
 
@@ -59,15 +75,21 @@ export function isProse(s: string): boolean {
   return words.length >= 2 && words.some((w) => w.length >= 3);
 }
 
-export function extractAnswer(text: string): string | null {
+/** The marked answer of a response (see the module comment), or MALFORMED. */
+export function findMarked(text: string, lenient = false): Found {
   const block = answerBlock(text);
   if (block !== null) {
-    const inBlock = lastBoxGroup(findBoxes(block), block);
-    if (inBlock !== null) return inBlock;
+    const inBlock = lastBoxGroup(findBoxes(block, !lenient), block, !lenient);
+    if (inBlock !== null) return inBlock === MALFORMED ? inBlock : checked(inBlock, lenient);
   }
-  const boxed = lastBoxGroup(findBoxes(text), text);
-  if (boxed !== null) return boxed;
-  return answerPhrase(text);
+  const boxed = lastBoxGroup(findBoxes(text, !lenient), text, !lenient);
+  if (boxed !== null) return boxed === MALFORMED ? boxed : checked(boxed, lenient);
+  return checked(answerPhrase(text), lenient);
+}
+
+export function extractAnswer(text: string, options: ExtractOptions = {}): string | null {
+  const found = findMarked(text, options.lenient);
+  return found === MALFORMED ? null : found;
 }
 
 /** Between two math spans that form one list: `$1$ and $2$`, `$x$, $y$`. */
@@ -110,13 +132,21 @@ function lastStated(text: string): string | null {
  * predictions): the marked answer if there is one, else the last math span (several in a row
  * joined), else the whole text when it is short, else the last number.
  */
-export function extractLoose(text: string): string | null {
-  const marked = extractAnswer(text);
+export function findLoose(text: string, lenient = false): Found {
+  const marked = findMarked(text, lenient);
   if (marked !== null) return marked;
-  if (findMath(text).length > 0) return lastStated(text);
+  if (findMath(text).length > 0) return checked(lastStated(text), lenient);
   const trimmed = text.trim();
   if (trimmed === '') return null;
   const strayDollar = (trimmed.match(/(?<!\\)\$/g) ?? []).length % 2 === 1;
-  if (!isProse(trimmed) && !strayDollar) return trimmed;
+  if (!isProse(trimmed) && !strayDollar) return checked(trimmed, lenient);
+  // A bare answer with a stray `$` (`$\frac12`, `12$`) is broken markup; a price inside words
+  // (`Soucis : 2,74 $ a..`) is not.
+  if (!lenient && !isProse(trimmed) && /^\$|\$$|[\\{}]/.test(trimmed)) return MALFORMED;
   return lastNumber(trimmed);
+}
+
+export function extractLoose(text: string, options: ExtractOptions = {}): string | null {
+  const found = findLoose(text, options.lenient);
+  return found === MALFORMED ? null : found;
 }

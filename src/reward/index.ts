@@ -1,13 +1,15 @@
 import { type Answer, parseAnswer } from './answer.js';
 import { Budget, Timeout } from './budget.js';
 import { choiceLetter } from './choice.js';
-import { answersEqual } from './compare.js';
+import { answersEqual, LEGACY, type Policy } from './compare.js';
 import { rstarLenient } from './compat.js';
-import { extractAnswer, extractLoose } from './extract.js';
+import { extractAnswer, extractLoose, findLoose, MALFORMED } from './extract.js';
 import { normalizeAnswer } from './normalize.js';
+import { roundingOf } from './rounding.js';
 
 export { choiceLetter } from './choice.js';
-export { extractAnswer, extractLoose } from './extract.js';
+export { type ExtractOptions, extractAnswer, extractLoose } from './extract.js';
+export { parseRounding, type Rounding } from './rounding.js';
 
 export type AnswerKind = 'math' | 'choice';
 export type Compat = 'strict' | 'rstar';
@@ -17,18 +19,39 @@ export interface EquivalenceOptions {
   compat?: Compat;
   /** Upper bound for one comparison; on expiry the answers count as different. Default 200 ms. */
   timeoutMs?: number;
+  /**
+   * The problem's text. When it asks for a rounded answer ("to the nearest tenth", "to 2 decimal
+   * places", "round your answer"), strict mode also accepts the reference correctly rounded so.
+   */
+  prompt?: string;
 }
 
 const DEFAULT_TIMEOUT_MS = 200;
 const MAX_LENGTH = 4000;
 const INTEGER = /^\s*\$?\s*(-?)0*(\d+)\s*\$?\s*$/;
 
-/** The answer a free-form string states (see extractLoose), or the string itself. */
-function answerOf(s: string): string {
-  return extractLoose(s) ?? s;
+/** The answer a free-form string states (see extractLoose), the string itself, or null when broken. */
+function answerOf(s: string, lenient: boolean): string | null {
+  const found = findLoose(s, lenient);
+  return found === MALFORMED ? null : (found ?? s);
 }
 
-function strictEqual(pred: string, ref: string, budget: Budget): boolean {
+/** `0.\overline{3}` and `4.1\overline{6}`: repeating decimals as the fractions they are. */
+function repeating(s: string): string {
+  if (!s.includes('\\overline')) return s;
+  return s.replace(
+    /(\d*)\.(\d*)\\overline\s*\{\s*(\d+)\s*\}/g,
+    (_m, int: string, fixed: string, rep: string) => {
+      const whole = BigInt(`${int}${fixed}${rep}`) - BigInt(`${int}${fixed}` || '0');
+      const den = BigInt(`${'9'.repeat(rep.length)}${'0'.repeat(fixed.length)}`);
+      return `\\frac{${whole}}{${den}}`;
+    },
+  );
+}
+
+const STRICT: Policy = { exact: true, rounding: null };
+
+function strictEqual(pred: string, ref: string, budget: Budget, policy: Policy): boolean {
   // Integer fast path (AIME): `025` is 25, nothing else is parsed.
   const pi = INTEGER.exec(pred);
   const ri = INTEGER.exec(ref);
@@ -40,13 +63,13 @@ function strictEqual(pred: string, ref: string, budget: Budget): boolean {
   let a: Answer;
   let b: Answer;
   try {
-    a = parseAnswer(pred, budget);
-    b = parseAnswer(ref, budget);
+    a = parseAnswer(policy.exact ? repeating(pred) : pred, budget);
+    b = parseAnswer(policy.exact ? repeating(ref) : ref, budget);
   } catch (error) {
     if (error instanceof Timeout) throw error;
     return false;
   }
-  return answersEqual(a, b, budget);
+  return answersEqual(a, b, budget, policy);
 }
 
 /**
@@ -58,19 +81,24 @@ export function isEquivalent(pred: string, ref: string, options: EquivalenceOpti
   const budget = new Budget(options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
   try {
     if (pred.length > 100_000 || ref.length > 100_000) return false;
-    const p = answerOf(pred);
-    const r = answerOf(ref);
+    const rstar = options.compat === 'rstar';
+    // The prediction is read strictly (broken markup is no answer); the reference is data.
+    const p = answerOf(pred, rstar);
+    const r = answerOf(ref, true);
+    if (p === null || r === null) return false;
     if (options.kind === 'choice') {
       const lp = choiceLetter(p);
       return lp !== null && lp === choiceLetter(r);
     }
     if (p.length > MAX_LENGTH || r.length > MAX_LENGTH) return p.trim() === r.trim();
-    if (strictEqual(p, r, budget)) return true;
-    if (options.compat === 'rstar') {
+    if (rstar) {
+      // The release's verdicts, unchanged: the lenient base comparison, then PRIME's leniencies.
+      if (strictEqual(p, r, budget, LEGACY)) return true;
       budget.checkNow();
       return rstarLenient(pred, ref, budget);
     }
-    return false;
+    const rounding = roundingOf(options.prompt);
+    return strictEqual(p, r, budget, rounding ? { exact: true, rounding } : STRICT);
   } catch {
     // A timeout, a stack overflow on absurd nesting, or a bug on some odd input: the comparison
     // fails closed and rollout goes on.
@@ -80,6 +108,8 @@ export function isEquivalent(pred: string, ref: string, options: EquivalenceOpti
 
 export interface ScoredProblem {
   answer: string;
+  /** The problem's text: its rounding instructions apply (see EquivalenceOptions.prompt). */
+  prompt?: string;
   kind?: AnswerKind;
   choices?: string[];
 }
@@ -101,7 +131,7 @@ export function scoreResponse(
   const compat = options.compat ?? 'strict';
   let answer: string | null;
   try {
-    answer = extractAnswer(text);
+    answer = extractAnswer(text, { lenient: compat === 'rstar' });
   } catch {
     answer = null;
   }
@@ -120,12 +150,13 @@ export function scoreResponse(
     return { answer: answer ?? safeLoose(text), reward: ok ? 1 : 0 };
   }
   if (answer === null) return { answer: null, reward: 0 };
-  return { answer, reward: isEquivalent(answer, problem.answer, { compat }) ? 1 : 0 };
+  const ok = isEquivalent(answer, problem.answer, { compat, prompt: problem.prompt });
+  return { answer, reward: ok ? 1 : 0 };
 }
 
 function safeLoose(text: string): string | null {
   try {
-    return extractLoose(text);
+    return extractLoose(text, { lenient: true });
   } catch {
     return null;
   }

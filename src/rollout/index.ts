@@ -264,7 +264,12 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     core.forget(job.id);
     const { answer, reward } = scoreResponse(
       r.text,
-      { answer: job.problem.answer, kind: job.problem.kind, choices: job.problem.choices },
+      {
+        answer: job.problem.answer,
+        kind: job.problem.kind,
+        choices: job.problem.choices,
+        prompt: job.problem.prompt,
+      },
       { compat: options.compat },
     );
     return {
