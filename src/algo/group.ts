@@ -100,6 +100,45 @@ export interface GroupedInput<T> {
   groups: AsyncGenerator<Group<T>>;
   /** Records read so far. */
   readonly records: () => number;
+  /** Records read so far with `finish: "error"` (infrastructure failures). */
+  readonly errors: () => number;
+  /** Whether the whole input has been read. */
+  readonly complete: () => boolean;
+}
+
+/** A group's members split into those that enter its statistics and the infrastructure failures. */
+export function splitErrored<T>(
+  group: Group<T>,
+  errored: (item: T) => boolean,
+): { members: Member<T>[]; errored: number } {
+  const members = group.members.filter((m) => !errored(m.item));
+  return { members, errored: group.members.length - members.length };
+}
+
+/**
+ * `--max-error-share`: the returned check throws a DataError when more than `share` of the records
+ * read are infrastructure failures. Call it before writing each group and once at the end: it
+ * checks once, when the input is complete, which (without `--group-size`) is before anything is
+ * written; with a group size, groups already written stay written.
+ */
+export function errorShareGate(
+  command: string,
+  input: Pick<GroupedInput<unknown>, 'records' | 'errors' | 'complete'>,
+  share: number | undefined,
+): () => void {
+  let checked = share === undefined;
+  return () => {
+    if (checked || !input.complete()) return;
+    checked = true;
+    const errors = input.errors();
+    const records = input.records();
+    if (errors > (share as number) * records) {
+      throw new DataError(
+        `${command}: ${errors} of ${records} trajectories failed for infrastructure reasons (finish "error"), ` +
+          `more than --max-error-share ${share}`,
+      );
+    }
+  };
 }
 
 /**
@@ -113,6 +152,8 @@ export function readTrajectoryGroups<T>(
   build: (record: ParsedRecord, raw: string) => T,
 ): GroupedInput<T> {
   let count = 0;
+  let errors = 0;
+  let complete = false;
   async function* groups(): AsyncGenerator<Group<T>> {
     const { stream, source } = openInput(file);
     const grouper = new Grouper<T>(options);
@@ -122,6 +163,7 @@ export function readTrajectoryGroups<T>(
       options,
     )) {
       count += 1;
+      if (record.finish === 'error') errors += 1;
       const member = {
         item: build(record, entry.text),
         sample: record.sample,
@@ -131,9 +173,10 @@ export function readTrajectoryGroups<T>(
       const done = grouper.add(record.problem_id, member);
       if (done) yield done;
     }
+    complete = true;
     yield* grouper.finish();
   }
-  return { groups: groups(), records: () => count };
+  return { groups: groups(), records: () => count, errors: () => errors, complete: () => complete };
 }
 
 /**

@@ -1,6 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import { Option } from 'commander';
-import { appendField, readTrajectoryGroups } from '../algo/group.js';
+import { appendField, errorShareGate, readTrajectoryGroups, splitErrored } from '../algo/group.js';
 import { PENALTY_MODES, type PenaltyMode, type ScoredText } from '../algo/penalty.js';
 import {
   groupRandom,
@@ -11,12 +11,14 @@ import {
   rocSelect,
 } from '../algo/roc.js';
 import { openOutput } from '../ndjson/index.js';
-import { integer, parse, program } from '../program.js';
+import { integer, number, parse, program } from '../program.js';
 
 interface Scored extends ScoredText {
   /** The input line (without any `penalty` it already had), to which the new penalty is appended. */
   raw: string;
   reward: number;
+  /** `finish: "error"`: an infrastructure failure, left out of RoC and of the output. */
+  errored: boolean;
 }
 
 /** The summary: the release's `reject_equal_reward/*`, `roc_error_ratio/*` and `roc_answer_format/*` metrics. */
@@ -38,6 +40,12 @@ export interface RocStats {
   sampled: number;
   /** Groups where the release's `assert len(choices) == down_sample_to_n` would fail; kept as selected. */
   size_mismatch: number;
+  /** Records with `finish: "error"` (infrastructure failures): never selected, in no statistic below. */
+  infra_errors: number;
+  /** Groups that had at least one such record: RoC ran over the rest. */
+  infra_error_groups: number;
+  /** Groups with nothing but such records: dropped. */
+  infra_only_groups: number;
   /** Over the records that reach RoC (after reject-equal), like the release's metrics. */
   tool_responses: number;
   tool_errors: number;
@@ -72,6 +80,11 @@ export async function run(argv: string[]): Promise<void> {
     .option('--group-size <n>', 'rollouts per problem: emit each group once complete', integer(1))
     .option('--stats <file>', 'write the JSON summary to FILE instead of stderr')
     .option(
+      '--max-error-share <x>',
+      'fail when more than this share of records failed for infrastructure reasons (finish error)',
+      number(0, 1),
+    )
+    .option(
       '--threads <n>',
       'worker threads parsing large inputs (default 0: the main thread only)',
       integer(0),
@@ -88,6 +101,7 @@ export async function run(argv: string[]): Promise<void> {
     penalty: PenaltyMode;
     groupSize?: number;
     stats?: string;
+    maxErrorShare?: number;
     threads: number;
   }>();
   // The release asserts this before sampling (resample_of_correct); rstar runs the same arithmetic anyway,
@@ -110,24 +124,36 @@ export async function run(argv: string[]): Promise<void> {
       ...(record.scored as ScoredText),
       raw: record.without ?? raw,
       reward: record.reward,
+      errored: record.finish === 'error',
     }),
   );
+  const gate = errorShareGate('roc-filter', input, opts.maxErrorShare);
   const out = openOutput();
   const stats = emptyStats();
   let penaltySum = 0;
   let scoredRecords = 0;
 
   for await (const group of input.groups) {
-    const items = group.members.map((m) => m.item);
-    const rewards = items.map((s) => s.reward);
+    gate();
     stats.groups_in += 1;
+    const { members, errored } = splitErrored(group, (s) => s.errored);
+    if (errored > 0) {
+      stats.infra_errors += errored;
+      stats.infra_error_groups += 1;
+    }
+    if (members.length === 0) {
+      stats.infra_only_groups += 1;
+      continue;
+    }
+    const items = members.map((m) => m.item);
+    const rewards = items.map((s) => s.reward);
     if (rewardsAllEqual(rewards)) {
       stats.equal_reward += 1;
       if (rewardsAllZero(rewards)) stats.equal_reward_all_zero += 1;
       else stats.equal_reward_non_zero += 1;
     }
     const decision = rocSelect(
-      items.map((s, i) => ({ sample: group.members[i].sample, reward: s.reward, penalty: s.penalty.total })),
+      items.map((s, i) => ({ sample: members[i].sample, reward: s.reward, penalty: s.penalty.total })),
       {
         keep: opts.keep,
         minPos: opts.minPos,
@@ -173,6 +199,7 @@ export async function run(argv: string[]): Promise<void> {
       if (out.closed) return;
     }
   }
+  gate();
   await out.end();
 
   stats.records_in = input.records();
@@ -221,6 +248,9 @@ function emptyStats(): RocStats {
     both_short: 0,
     sampled: 0,
     size_mismatch: 0,
+    infra_errors: 0,
+    infra_error_groups: 0,
+    infra_only_groups: 0,
     tool_responses: 0,
     tool_errors: 0,
     tool_error_ratio: 0,
