@@ -207,7 +207,8 @@ export async function runAgent(
     response_ids,
     loss_mask,
     logprobs,
-    text: ctx.tokenizer.decode(response_ids),
+    // An engine failure on the first turn leaves nothing to decode (the tokenizer refuses []).
+    text: response_ids.length > 0 ? ctx.tokenizer.decode(response_ids) : '',
     turns,
     tool_calls: toolCalls,
     tool_errors: toolErrors,
