@@ -16,30 +16,12 @@ import { Trajectory } from '../src/records/trajectory.js';
 import { loadProtocol, type ProtocolContext, rollout, SglangClient } from '../src/rollout/index.js';
 import { SandboxClient } from '../src/sandbox/client.js';
 import { startSandbox } from '../src/sandbox/embedded.js';
+import { ANSWER, CALL, collect, problems, TINY, toolCall } from './agent-fixtures.js';
 import { type FakeServer, startFakeSglang } from './fake-sglang.js';
-import { BIN, lines, ndjson, ROOT, rstar } from './helpers.js';
+import { BIN, lines, ndjson, rstar } from './helpers.js';
 
-const TINY = `${ROOT}fixtures/tiny`;
-const call = (code: string) =>
-  `I will compute it.\n<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": ${JSON.stringify(code)}, "input": ""}}\n</tool_call>`;
-const CALL = call('print(6 // 2)');
-const ANSWER = 'So x = 3.</reason>\n<answer>\\boxed{3}</answer>';
 const BAD =
   '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(1)"\n</tool_call>';
-const problems = (k: number) =>
-  Array.from({ length: k }, (_, i) => ({
-    v: 1 as const,
-    kind: 'math' as const,
-    id: `p${i}`,
-    prompt: `Solve 2x = 6 (variant ${i}).`,
-    answer: '3',
-  }));
-
-async function collect<T>(it: AsyncIterable<T>): Promise<T[]> {
-  const out: T[] = [];
-  for await (const x of it) out.push(x);
-  return out;
-}
 
 interface Batch {
   submissions: { sub_id: string; solution: string }[];
@@ -242,7 +224,7 @@ describe('reward integrity in rollout, eval, roc-filter and advantage', () => {
         });
     });
     servers.push(proxy);
-    const engine = await fake([call('import random\nprint(random.random())'), ANSWER]);
+    const engine = await fake([toolCall('import random\nprint(random.random())'), ANSWER]);
     const client = new SandboxClient(proxy.url, { retries: 2, rejectServiceFailures: true });
     const out = await collect(
       rollout(problems(2), { engines: [new SglangClient(engine.url)], sandbox: client, protocol: ctx, n: 2 }),
@@ -291,42 +273,19 @@ describe('reward integrity in rollout, eval, roc-filter and advantage', () => {
     const engine = await fake([CALL, ANSWER]);
     const file = join(dir, 'share-problems.jsonl');
     writeFileSync(file, ndjson(problems(2)));
-    const r = await rstar([
-      'rollout',
-      '--problems',
-      file,
-      '--engine',
-      engine.url,
-      '--sandbox',
-      broken.url,
-      '--tokenizer',
-      TINY,
-      '--max-error-share',
-      '0.1',
-    ]);
+    const common = ['--problems', file, '--engine', engine.url, '--sandbox', broken.url, '--tokenizer', TINY];
+    const r = await rstar(['rollout', ...common, '--max-error-share', '0.1']);
     assert.equal(r.code, 1, r.stderr);
     assert.match(r.stderr, /1 of 2 trajectories failed for infrastructure reasons.*--max-error-share 0\.1/);
     assert.match(r.stderr, new RegExp(`sandbox ${broken.url}: HTTP 503`));
 
-    const e = await rstar([
-      'eval',
-      '--problems',
-      file,
-      '--engine',
-      engine.url,
-      '--sandbox',
-      broken.url,
-      '--tokenizer',
-      TINY,
-      '--n',
-      '1',
-    ]);
+    const e = await rstar(['eval', ...common, '--n', '1']);
     assert.equal(e.code, 1, e.stderr);
     assert.match(e.stderr, /failed for infrastructure reasons/);
   });
 
   it('--max-invalid-calls ends a trajectory after N consecutive failing calls', async () => {
-    const engine = await fake([BAD, call('raise SystemExit(3)'), BAD, ANSWER]);
+    const engine = await fake([BAD, toolCall('raise SystemExit(3)'), BAD, ANSWER]);
     const run = (maxInvalidCalls?: number) =>
       collect(
         rollout(problems(1), {

@@ -106,13 +106,33 @@ export interface GroupedInput<T> {
   readonly complete: () => boolean;
 }
 
-/** A group's members split into those that enter its statistics and the infrastructure failures. */
-export function splitErrored<T>(
+/** The counts of infrastructure failures that `roc-filter` and `advantage` report. */
+export interface InfraCounts {
+  /** Records with `finish: "error"`: in no group's statistics, never written. */
+  infra_errors: number;
+  /** Groups that had at least one such record (their statistics are over the rest). */
+  infra_error_groups: number;
+  /** Groups with nothing but such records: dropped. */
+  infra_only_groups: number;
+}
+
+/**
+ * The members of `group` that enter its statistics: infrastructure failures (`errored`) are left
+ * out and counted in `counts`. Undefined when none is left (the group is dropped).
+ */
+export function scoredMembers<T>(
   group: Group<T>,
   errored: (item: T) => boolean,
-): { members: Member<T>[]; errored: number } {
+  counts: InfraCounts,
+): Member<T>[] | undefined {
   const members = group.members.filter((m) => !errored(m.item));
-  return { members, errored: group.members.length - members.length };
+  if (members.length < group.members.length) {
+    counts.infra_errors += group.members.length - members.length;
+    counts.infra_error_groups += 1;
+  }
+  if (members.length > 0) return members;
+  counts.infra_only_groups += 1;
+  return undefined;
 }
 
 /**

@@ -1,7 +1,13 @@
 import { writeFileSync } from 'node:fs';
 import { Option } from 'commander';
 import { type Baseline, groupAdvantages } from '../algo/advantage.js';
-import { appendField, errorShareGate, readTrajectoryGroups, splitErrored } from '../algo/group.js';
+import {
+  appendField,
+  errorShareGate,
+  type InfraCounts,
+  readTrajectoryGroups,
+  scoredMembers,
+} from '../algo/group.js';
 import { openOutput } from '../ndjson/index.js';
 import { integer, interactive, number, parse, program } from '../program.js';
 
@@ -14,17 +20,11 @@ interface Item {
 }
 
 /** The stats line: what went in, what came out, and the infrastructure failures left out. */
-export interface AdvantageStats {
+export interface AdvantageStats extends InfraCounts {
   groups_in: number;
   groups_out: number;
   records_in: number;
   records_out: number;
-  /** Records with `finish: "error"`: not written, not in their group's mean and std. */
-  infra_errors: number;
-  /** Groups that had at least one such record (their statistics are over the rest). */
-  infra_error_groups: number;
-  /** Groups with nothing but such records: dropped. */
-  infra_only_groups: number;
 }
 
 export async function run(argv: string[]): Promise<void> {
@@ -84,15 +84,8 @@ export async function run(argv: string[]): Promise<void> {
   for await (const group of input.groups) {
     gate();
     stats.groups_in += 1;
-    const { members, errored } = splitErrored(group, (i) => i.errored);
-    if (errored > 0) {
-      stats.infra_errors += errored;
-      stats.infra_error_groups += 1;
-    }
-    if (members.length === 0) {
-      stats.infra_only_groups += 1;
-      continue;
-    }
+    const members = scoredMembers(group, (i) => i.errored, stats);
+    if (members === undefined) continue;
     stats.groups_out += 1;
     const items = members.map((m) => m.item);
     const advantages = groupAdvantages(

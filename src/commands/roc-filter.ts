@@ -1,6 +1,12 @@
 import { writeFileSync } from 'node:fs';
 import { Option } from 'commander';
-import { appendField, errorShareGate, readTrajectoryGroups, splitErrored } from '../algo/group.js';
+import {
+  appendField,
+  errorShareGate,
+  type InfraCounts,
+  readTrajectoryGroups,
+  scoredMembers,
+} from '../algo/group.js';
 import { PENALTY_MODES, type PenaltyMode, type ScoredText } from '../algo/penalty.js';
 import {
   groupRandom,
@@ -22,7 +28,7 @@ interface Scored extends ScoredText {
 }
 
 /** The summary: the release's `reject_equal_reward/*`, `roc_error_ratio/*` and `roc_answer_format/*` metrics. */
-export interface RocStats {
+export interface RocStats extends InfraCounts {
   groups_in: number;
   groups_out: number;
   records_in: number;
@@ -40,12 +46,6 @@ export interface RocStats {
   sampled: number;
   /** Groups where the release's `assert len(choices) == down_sample_to_n` would fail; kept as selected. */
   size_mismatch: number;
-  /** Records with `finish: "error"` (infrastructure failures): never selected, in no statistic below. */
-  infra_errors: number;
-  /** Groups that had at least one such record: RoC ran over the rest. */
-  infra_error_groups: number;
-  /** Groups with nothing but such records: dropped. */
-  infra_only_groups: number;
   /** Over the records that reach RoC (after reject-equal), like the release's metrics. */
   tool_responses: number;
   tool_errors: number;
@@ -136,15 +136,8 @@ export async function run(argv: string[]): Promise<void> {
   for await (const group of input.groups) {
     gate();
     stats.groups_in += 1;
-    const { members, errored } = splitErrored(group, (s) => s.errored);
-    if (errored > 0) {
-      stats.infra_errors += errored;
-      stats.infra_error_groups += 1;
-    }
-    if (members.length === 0) {
-      stats.infra_only_groups += 1;
-      continue;
-    }
+    const members = scoredMembers(group, (s) => s.errored, stats);
+    if (members === undefined) continue;
     const items = members.map((m) => m.item);
     const rewards = items.map((s) => s.reward);
     if (rewardsAllEqual(rewards)) {
