@@ -14,27 +14,9 @@ import {
   toolTurnIds,
 } from '../src/rollout/index.js';
 import { startSandbox } from '../src/sandbox/embedded.js';
+import { ANSWER, CALL, collect, problems, TINY } from './agent-fixtures.js';
 import { type FakeServer, fakeLogprob, startFakeSglang } from './fake-sglang.js';
 import { BIN, lines, ndjson, ROOT, rstar } from './helpers.js';
-
-const TINY = `${ROOT}fixtures/tiny`;
-const CALL =
-  'I will compute it.\n<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(6 // 2)", "input": ""}}\n</tool_call>';
-const ANSWER = 'So x = 3.</reason>\n<answer>\\boxed{3}</answer>';
-const problems = (k: number) =>
-  Array.from({ length: k }, (_, i) => ({
-    v: 1 as const,
-    kind: 'math' as const,
-    id: `p${i}`,
-    prompt: `Solve 2x = 6 (variant ${i}).`,
-    answer: '3',
-  }));
-
-async function collect<T>(it: AsyncIterable<T>): Promise<T[]> {
-  const out: T[] = [];
-  for await (const x of it) out.push(x);
-  return out;
-}
 
 describe('rstar rollout against a scripted SGLang server and the real sandbox', () => {
   let dir: string;

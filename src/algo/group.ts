@@ -100,6 +100,65 @@ export interface GroupedInput<T> {
   groups: AsyncGenerator<Group<T>>;
   /** Records read so far. */
   readonly records: () => number;
+  /** Records read so far with `finish: "error"` (infrastructure failures). */
+  readonly errors: () => number;
+  /** Whether the whole input has been read. */
+  readonly complete: () => boolean;
+}
+
+/** The counts of infrastructure failures that `roc-filter` and `advantage` report. */
+export interface InfraCounts {
+  /** Records with `finish: "error"`: in no group's statistics, never written. */
+  infra_errors: number;
+  /** Groups that had at least one such record (their statistics are over the rest). */
+  infra_error_groups: number;
+  /** Groups with nothing but such records: dropped. */
+  infra_only_groups: number;
+}
+
+/**
+ * The members of `group` that enter its statistics: infrastructure failures (`errored`) are left
+ * out and counted in `counts`. Undefined when none is left (the group is dropped).
+ */
+export function scoredMembers<T>(
+  group: Group<T>,
+  errored: (item: T) => boolean,
+  counts: InfraCounts,
+): Member<T>[] | undefined {
+  const members = group.members.filter((m) => !errored(m.item));
+  if (members.length < group.members.length) {
+    counts.infra_errors += group.members.length - members.length;
+    counts.infra_error_groups += 1;
+  }
+  if (members.length > 0) return members;
+  counts.infra_only_groups += 1;
+  return undefined;
+}
+
+/**
+ * `--max-error-share`: the returned check throws a DataError when more than `share` of the records
+ * read are infrastructure failures. Call it before writing each group and once at the end: it
+ * checks once, when the input is complete, which (without `--group-size`) is before anything is
+ * written; with a group size, groups already written stay written.
+ */
+export function errorShareGate(
+  command: string,
+  input: Pick<GroupedInput<unknown>, 'records' | 'errors' | 'complete'>,
+  share: number | undefined,
+): () => void {
+  let checked = share === undefined;
+  return () => {
+    if (checked || !input.complete()) return;
+    checked = true;
+    const errors = input.errors();
+    const records = input.records();
+    if (errors > (share as number) * records) {
+      throw new DataError(
+        `${command}: ${errors} of ${records} trajectories failed for infrastructure reasons (finish "error"), ` +
+          `more than --max-error-share ${share}`,
+      );
+    }
+  };
 }
 
 /**
@@ -113,6 +172,8 @@ export function readTrajectoryGroups<T>(
   build: (record: ParsedRecord, raw: string) => T,
 ): GroupedInput<T> {
   let count = 0;
+  let errors = 0;
+  let complete = false;
   async function* groups(): AsyncGenerator<Group<T>> {
     const { stream, source } = openInput(file);
     const grouper = new Grouper<T>(options);
@@ -122,6 +183,7 @@ export function readTrajectoryGroups<T>(
       options,
     )) {
       count += 1;
+      if (record.finish === 'error') errors += 1;
       const member = {
         item: build(record, entry.text),
         sample: record.sample,
@@ -131,9 +193,10 @@ export function readTrajectoryGroups<T>(
       const done = grouper.add(record.problem_id, member);
       if (done) yield done;
     }
+    complete = true;
     yield* grouper.finish();
   }
-  return { groups: groups(), records: () => count };
+  return { groups: groups(), records: () => count, errors: () => errors, complete: () => complete };
 }
 
 /**

@@ -20,6 +20,8 @@ export interface ParsedRecord {
   sample: number;
   id: string;
   reward: number;
+  /** `finish`: `error` marks an infrastructure failure, left out of group statistics. */
+  finish: string;
   /**
    * When the input already carried the field the command adds (`penalty` or `advantage`): the record
    * re-serialised without it, so the command can append the new value as it does to a raw line.
@@ -43,6 +45,7 @@ export function parseTrajectory(entry: SourceLine, task: ParseTask): ParsedRecor
     sample: record.sample,
     id: record.id,
     reward: record.reward,
+    finish: record.finish,
     without: record[field] === undefined ? undefined : JSON.stringify({ ...record, [field]: undefined }),
     scored: task.kind === 'roc' ? scoreText(record.text, task.penalty) : undefined,
   };

@@ -1,13 +1,30 @@
+import { writeFileSync } from 'node:fs';
 import { Option } from 'commander';
 import { type Baseline, groupAdvantages } from '../algo/advantage.js';
-import { appendField, readTrajectoryGroups } from '../algo/group.js';
+import {
+  appendField,
+  errorShareGate,
+  type InfraCounts,
+  readTrajectoryGroups,
+  scoredMembers,
+} from '../algo/group.js';
 import { openOutput } from '../ndjson/index.js';
-import { integer, number, parse, program } from '../program.js';
+import { integer, interactive, number, parse, program } from '../program.js';
 
 interface Item {
   /** The input line (without any `advantage` it already had), to which the new one is appended. */
   raw: string;
   reward: number;
+  /** `finish: "error"`: an infrastructure failure, left out of its group and of the output. */
+  errored: boolean;
+}
+
+/** The stats line: what went in, what came out, and the infrastructure failures left out. */
+export interface AdvantageStats extends InfraCounts {
+  groups_in: number;
+  groups_out: number;
+  records_in: number;
+  records_out: number;
 }
 
 export async function run(argv: string[]): Promise<void> {
@@ -22,6 +39,12 @@ export async function run(argv: string[]): Promise<void> {
     .option('--epsilon <x>', 'added to the std before dividing', number(0), 1e-6)
     .option('--group-size <n>', 'rollouts per problem: emit each group once complete', integer(1))
     .option(
+      '--max-error-share <x>',
+      'fail when more than this share of records failed for infrastructure reasons (finish error)',
+      number(0, 1),
+    )
+    .option('--stats <file>', 'write the JSON stats line to FILE (default: stderr, when there is news)')
+    .option(
       '--threads <n>',
       'worker threads parsing large inputs (default 0: the main thread only)',
       integer(0),
@@ -33,25 +56,52 @@ export async function run(argv: string[]): Promise<void> {
     std: boolean;
     epsilon: number;
     groupSize?: number;
+    maxErrorShare?: number;
+    stats?: string;
     threads: number;
   }>();
 
   const input = readTrajectoryGroups<Item>(
     cmd.args[0],
     { size: opts.groupSize, threads: opts.threads, task: { kind: 'advantage' } },
-    (record, raw) => ({ raw: record.without ?? raw, reward: record.reward }),
+    (record, raw) => ({
+      raw: record.without ?? raw,
+      reward: record.reward,
+      errored: record.finish === 'error',
+    }),
   );
   const out = openOutput();
+  const gate = errorShareGate('advantage', input, opts.maxErrorShare);
+  const stats: AdvantageStats = {
+    groups_in: 0,
+    groups_out: 0,
+    records_in: 0,
+    records_out: 0,
+    infra_errors: 0,
+    infra_error_groups: 0,
+    infra_only_groups: 0,
+  };
   for await (const group of input.groups) {
-    const items = group.members.map((m) => m.item);
+    gate();
+    stats.groups_in += 1;
+    const members = scoredMembers(group, (i) => i.errored, stats);
+    if (members === undefined) continue;
+    stats.groups_out += 1;
+    const items = members.map((m) => m.item);
     const advantages = groupAdvantages(
       items.map((i) => i.reward),
       { baseline: opts.baseline, normalizeStd: opts.std, epsilon: opts.epsilon },
     );
     for (const [k, item] of items.entries()) {
       await out.writeRaw(appendField(item.raw, 'advantage', advantages[k]));
+      stats.records_out += 1;
       if (out.closed) return;
     }
   }
+  gate();
   await out.end();
+  stats.records_in = input.records();
+  const line = `${JSON.stringify(stats)}\n`;
+  if (opts.stats) writeFileSync(opts.stats, line);
+  else if (stats.infra_errors > 0 || interactive()) process.stderr.write(`rstar advantage: ${line}`);
 }

@@ -25,6 +25,10 @@ interface Options {
   engineKind: 'sglang' | 'vllm';
   chatTemplate?: string;
   sandbox?: string;
+  sandboxToken?: string;
+  rewardTruncated?: boolean;
+  maxInvalidCalls: number;
+  maxErrorShare: number;
   tokenizer?: string;
   maxTokens?: number;
   maxTurns?: number;
@@ -96,6 +100,20 @@ export async function run(argv: string[]): Promise<void> {
     .option('--engine <url>', 'inference engine (repeatable)', collect)
     .option('--engine-kind <kind>', 'sglang (also engine-serve) or vllm', engineKind, 'sglang')
     .option('--sandbox <url>', 'sandbox-serve URL for tool calls (default: start an embedded one)')
+    .option('--sandbox-token <token>', 'bearer token of --sandbox (env RSTAR_SANDBOX_TOKEN)')
+    .option(
+      '--max-invalid-calls <n>',
+      'end a trajectory after N consecutive malformed or failing tool calls; 0: no cap',
+      integer(0),
+      0,
+    )
+    .option('--reward-truncated', 'score length / tool_overflow trajectories (the release); default reward 0')
+    .option(
+      '--max-error-share <x>',
+      'fail when more than this share of trajectories failed for infrastructure reasons',
+      number(0, 1),
+      0.1,
+    )
     .option('--tokenizer <dir>', 'tokenizer folder (tokenizer.json, tokenizer_config.json) or qwen3')
     .option('--chat-template <t>', 'rstar2 (default), model, or a Jinja file')
     .option('--max-tokens <n>', 'response token budget', integer(1))
@@ -189,6 +207,10 @@ export async function run(argv: string[]): Promise<void> {
         engines: opts.engine ?? [],
         engineKind: opts.engineKind,
         sandbox: opts.sandbox,
+        sandboxToken: opts.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN,
+        rewardTruncated: opts.rewardTruncated === true,
+        maxInvalidCalls: opts.maxInvalidCalls,
+        maxErrorShare: opts.maxErrorShare,
         tokenizer: opts.tokenizer as string,
         chatTemplate: opts.chatTemplate,
         maxTokens: opts.maxTokens,
@@ -240,6 +262,8 @@ async function evaluateAll(
         problems: bench?.problems,
         verifier,
         reverify: opts.reverify,
+        rewardTruncated: opts.rewardTruncated === true,
+        maxErrorShare: opts.maxErrorShare,
         onTrajectory: save?.write,
       });
     } finally {

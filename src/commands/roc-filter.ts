@@ -1,6 +1,12 @@
 import { writeFileSync } from 'node:fs';
 import { Option } from 'commander';
-import { appendField, readTrajectoryGroups } from '../algo/group.js';
+import {
+  appendField,
+  errorShareGate,
+  type InfraCounts,
+  readTrajectoryGroups,
+  scoredMembers,
+} from '../algo/group.js';
 import { PENALTY_MODES, type PenaltyMode, type ScoredText } from '../algo/penalty.js';
 import {
   groupRandom,
@@ -11,16 +17,18 @@ import {
   rocSelect,
 } from '../algo/roc.js';
 import { openOutput } from '../ndjson/index.js';
-import { integer, parse, program } from '../program.js';
+import { integer, number, parse, program } from '../program.js';
 
 interface Scored extends ScoredText {
   /** The input line (without any `penalty` it already had), to which the new penalty is appended. */
   raw: string;
   reward: number;
+  /** `finish: "error"`: an infrastructure failure, left out of RoC and of the output. */
+  errored: boolean;
 }
 
 /** The summary: the release's `reject_equal_reward/*`, `roc_error_ratio/*` and `roc_answer_format/*` metrics. */
-export interface RocStats {
+export interface RocStats extends InfraCounts {
   groups_in: number;
   groups_out: number;
   records_in: number;
@@ -72,6 +80,11 @@ export async function run(argv: string[]): Promise<void> {
     .option('--group-size <n>', 'rollouts per problem: emit each group once complete', integer(1))
     .option('--stats <file>', 'write the JSON summary to FILE instead of stderr')
     .option(
+      '--max-error-share <x>',
+      'fail when more than this share of records failed for infrastructure reasons (finish error)',
+      number(0, 1),
+    )
+    .option(
       '--threads <n>',
       'worker threads parsing large inputs (default 0: the main thread only)',
       integer(0),
@@ -88,6 +101,7 @@ export async function run(argv: string[]): Promise<void> {
     penalty: PenaltyMode;
     groupSize?: number;
     stats?: string;
+    maxErrorShare?: number;
     threads: number;
   }>();
   // The release asserts this before sampling (resample_of_correct); rstar runs the same arithmetic anyway,
@@ -110,24 +124,29 @@ export async function run(argv: string[]): Promise<void> {
       ...(record.scored as ScoredText),
       raw: record.without ?? raw,
       reward: record.reward,
+      errored: record.finish === 'error',
     }),
   );
+  const gate = errorShareGate('roc-filter', input, opts.maxErrorShare);
   const out = openOutput();
   const stats = emptyStats();
   let penaltySum = 0;
   let scoredRecords = 0;
 
   for await (const group of input.groups) {
-    const items = group.members.map((m) => m.item);
-    const rewards = items.map((s) => s.reward);
+    gate();
     stats.groups_in += 1;
+    const members = scoredMembers(group, (s) => s.errored, stats);
+    if (members === undefined) continue;
+    const items = members.map((m) => m.item);
+    const rewards = items.map((s) => s.reward);
     if (rewardsAllEqual(rewards)) {
       stats.equal_reward += 1;
       if (rewardsAllZero(rewards)) stats.equal_reward_all_zero += 1;
       else stats.equal_reward_non_zero += 1;
     }
     const decision = rocSelect(
-      items.map((s, i) => ({ sample: group.members[i].sample, reward: s.reward, penalty: s.penalty.total })),
+      items.map((s, i) => ({ sample: members[i].sample, reward: s.reward, penalty: s.penalty.total })),
       {
         keep: opts.keep,
         minPos: opts.minPos,
@@ -173,6 +192,7 @@ export async function run(argv: string[]): Promise<void> {
       if (out.closed) return;
     }
   }
+  gate();
   await out.end();
 
   stats.records_in = input.records();
@@ -221,6 +241,9 @@ function emptyStats(): RocStats {
     both_short: 0,
     sampled: 0,
     size_mismatch: 0,
+    infra_errors: 0,
+    infra_error_groups: 0,
+    infra_only_groups: 0,
     tool_responses: 0,
     tool_errors: 0,
     tool_error_ratio: 0,

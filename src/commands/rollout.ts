@@ -24,6 +24,10 @@ interface Flags {
   engine: string[];
   engineKind: EngineKind;
   sandbox?: string;
+  sandboxToken?: string;
+  rewardTruncated?: boolean;
+  maxInvalidCalls: number;
+  maxErrorShare: number;
   tokenizer?: string;
   chatTemplate: string;
   tools?: string;
@@ -76,6 +80,7 @@ export async function run(argv: string[]): Promise<void> {
     )
     .addOption(new Option('--engine-kind <kind>', 'engine API').choices(['sglang', 'vllm']).default('sglang'))
     .option('--sandbox <url>', 'sandbox-serve URL; none: start an embedded one')
+    .option('--sandbox-token <token>', 'bearer token of --sandbox (env RSTAR_SANDBOX_TOKEN)')
     .option('--tokenizer <dir>', 'Hugging Face tokenizer folder, or qwen3')
     .option('--chat-template <t>', 'rstar2 | model | FILE', 'rstar2')
     .option('--tools <file>', 'tool schemas JSON (default: python_code_with_standard_io)')
@@ -91,6 +96,22 @@ export async function run(argv: string[]): Promise<void> {
       'tool response characters kept (middle-truncated)',
       integer(1),
       256,
+    )
+    .option(
+      '--max-invalid-calls <n>',
+      'end a trajectory (finish invalid_calls) after N consecutive malformed or failing tool calls; 0: no cap',
+      integer(0),
+      0,
+    )
+    .option(
+      '--reward-truncated',
+      'score length / tool_overflow trajectories like any other (the release); default reward 0',
+    )
+    .option(
+      '--max-error-share <x>',
+      'stop with an error once more than this share of trajectories failed for infrastructure reasons',
+      number(0, 1),
+      0.1,
     )
     .addOption(new Option('--schedule <policy>', 'engine choice').choices([...POLICIES]).default('kv'))
     .option(
@@ -154,6 +175,10 @@ export async function run(argv: string[]): Promise<void> {
       for await (const t of rollout(problems, {
         engines,
         sandbox: sandboxUrl,
+        sandboxToken: f.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN,
+        rewardTruncated: f.rewardTruncated === true,
+        maxInvalidCalls: f.maxInvalidCalls,
+        maxErrorShare: f.maxErrorShare,
         protocol,
         n: f.n,
         maxTurns: f.maxTurns,

@@ -5,6 +5,7 @@ import { UsageError } from '../errors.js';
 import { type NdjsonWriter, openOutput } from '../ndjson/index.js';
 import { integer, number, parse, program } from '../program.js';
 import { loadProtocol } from '../rollout/protocol.js';
+import { SandboxClient } from '../sandbox/client.js';
 import { ConversationRenderer } from '../sft/conversation.js';
 import { CURRICULA, demonstrations, problemOf, split } from '../sft/curriculum/index.js';
 import type { SftRecord } from '../sft/record.js';
@@ -30,6 +31,7 @@ interface Options {
   skipInvalid?: boolean;
   keepMath?: boolean;
   sandbox?: string;
+  sandboxToken?: string;
   python?: string | boolean;
 }
 
@@ -43,7 +45,12 @@ async function writeAll(writer: NdjsonWriter, records: unknown[]): Promise<void>
 }
 
 async function toolRunner(opts: Options): Promise<ToolRunner> {
-  if (opts.sandbox !== undefined) return sandboxRunner(opts.sandbox);
+  if (opts.sandbox !== undefined) {
+    const token = opts.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN;
+    // A refused token fails here, naming the URL, before any demonstration is built.
+    await new SandboxClient(opts.sandbox, { token }).checkAuth();
+    return sandboxRunner(opts.sandbox, { token });
+  }
   if (opts.python !== undefined)
     return pythonRunner(typeof opts.python === 'string' ? { python: opts.python } : {});
   return embeddedRunner();
@@ -113,6 +120,7 @@ export async function run(argv: string[]): Promise<void> {
     .option('--skip-invalid', 'count and skip malformed lines instead of failing')
     .option('--keep-math', 'keep math-reasoning examples (dropped by default)')
     .option('--sandbox <url>', 'synthetic: run code in this sandbox-serve (default: an embedded one)')
+    .option('--sandbox-token <token>', 'synthetic: bearer token of --sandbox (env RSTAR_SANDBOX_TOKEN)')
     .option('--python [path]', 'synthetic: run code with a plain local Python instead of the sandbox');
   if (!parse(cmd, argv)) return;
   const opts = cmd.opts<Options>();

@@ -84,10 +84,13 @@ export interface EvalProblemRecord extends EvalProblem {
   tool_calls_per_traj: number;
   format_violations: number;
   finish: Record<string, number>;
+  /** Samples that ended with `finish: "error"` (infrastructure failures): not in `n` or any metric. */
+  infra_errors: number;
 }
 
 /**
- * One problem's record. `correct` counts rewarded samples; the majority answer is correct when
+ * One problem's record over its scored samples (`unordered`, infrastructure failures already left
+ * out and counted in `infraErrors`). `correct` counts rewarded samples; the majority answer is correct when
  * most of the samples in its class were rewarded (so maj@n uses the same verifier as the rewards).
  */
 export async function problemRecord(
@@ -95,6 +98,7 @@ export async function problemRecord(
   problemId: string,
   unordered: readonly Sample[],
   same: (a: string, b: string) => Promise<boolean>,
+  infraErrors = 0,
 ): Promise<EvalProblemRecord> {
   const samples = [...unordered].sort((a, b) => a.sample - b.sample);
   const n = samples.length;
@@ -123,6 +127,7 @@ export async function problemRecord(
     tool_calls_per_traj: n === 0 ? 0 : toolCalls / n,
     format_violations: samples.filter(isFormatViolation).length,
     finish: countFinish(samples),
+    infra_errors: infraErrors,
   };
 }
 
@@ -145,18 +150,25 @@ export interface EvalSummaryRecord extends EvalSummary {
   equivalence: 'isEquivalent' | 'exact';
   /** Where rewards came from: the trajectories as written, or re-verified by eval. */
   rewards: 'trajectory' | 'reverify';
+  /** Trajectories that failed for infrastructure reasons (`finish: "error"`), left out of every metric. */
+  infra_errors: number;
+  /** Problems all of whose samples failed that way: left out of the averages. */
+  problems_unscored: number;
 }
 
 /**
  * The benchmark summary. avg@n, pass@k and maj@n are macro averages over problems (each problem
  * weighs the same even if it has more samples); token and tool statistics are over trajectories.
+ * Infrastructure failures are in neither (`samples` holds none); problems left with no scored
+ * sample are counted in `problems_unscored` and left out of the averages.
  */
 export function summarize(
   benchmark: string,
-  records: readonly EvalProblemRecord[],
+  all: readonly EvalProblemRecord[],
   samples: readonly Sample[],
   how: { equivalence: boolean; reverified: boolean },
 ): EvalSummaryRecord {
+  const records = all.filter((r) => r.n > 0);
   const ns = records.map((r) => r.n);
   const n = ns.length === 0 ? 0 : Math.min(...ns);
   const passes: Record<string, number> = {};
@@ -173,7 +185,7 @@ export function summarize(
     summary: true,
     benchmark,
     policy: policies.join(','),
-    problems: records.length,
+    problems: all.length,
     trajectories: samples.length,
     n,
     n_max: ns.length === 0 ? 0 : Math.max(...ns),
@@ -193,5 +205,7 @@ export function summarize(
     finish: countFinish(samples),
     equivalence: how.equivalence ? 'isEquivalent' : 'exact',
     rewards: how.reverified ? 'reverify' : 'trajectory',
+    infra_errors: all.reduce((acc, r) => acc + r.infra_errors, 0),
+    problems_unscored: all.length - records.length,
   };
 }

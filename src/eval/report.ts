@@ -86,6 +86,15 @@ export function markdownReport(
     return `- ${s.benchmark}: ${list || 'none'}`;
   });
   parts.push('Finish reasons:', '', ...finishes, '');
+  const failed = report.benchmarks.filter((s) => (s.infra_errors ?? 0) > 0);
+  if (failed.length > 0) {
+    parts.push(
+      'Infrastructure failures (finish "error": the sandbox or the engines failed, not the model), left out of every metric above:',
+      '',
+      ...failed.map((s) => `- ${s.benchmark}: ${s.infra_errors}`),
+      '',
+    );
+  }
   if (plots.passAtK) parts.push(`![pass@k](${plots.passAtK})`, '');
   for (const [bench, file] of Object.entries(plots.lengths))
     parts.push(`![${bench} response lengths](${file})`, '');

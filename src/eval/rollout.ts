@@ -14,6 +14,10 @@ export interface EvalRolloutFlags {
   engineKind: 'sglang' | 'vllm';
   /** Without one, eval starts an embedded sandbox-serve for the run. */
   sandbox?: string;
+  sandboxToken?: string;
+  rewardTruncated?: boolean;
+  maxInvalidCalls?: number;
+  maxErrorShare?: number;
   tokenizer: string;
   chatTemplate?: string;
   maxTokens?: number;
@@ -59,6 +63,10 @@ export async function openRoller(flags: EvalRolloutFlags): Promise<Roller> {
   const options: RolloutOptions = {
     engines,
     sandbox,
+    sandboxToken: flags.sandboxToken,
+    rewardTruncated: flags.rewardTruncated,
+    maxInvalidCalls: flags.maxInvalidCalls,
+    maxErrorShare: flags.maxErrorShare,
     protocol,
     n: flags.n,
     maxTokens: flags.maxTokens,

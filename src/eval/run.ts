@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { DataError } from '../errors.js';
 import { writeFileAtomic } from '../ndjson/index.js';
 import type { Problem } from '../records/problem.js';
-import type { Trajectory } from '../records/trajectory.js';
+import { isInfraError, outcomeReward, type Trajectory } from '../records/trajectory.js';
 import {
   type EvalProblemRecord,
   type EvalSummaryRecord,
@@ -35,6 +35,13 @@ export interface EvaluateOptions {
   verifier: Verifier;
   /** Re-score each trajectory's text against its problem instead of trusting its `reward`. */
   reverify?: boolean;
+  /** With `reverify`: keep the verifier's reward for truncated trajectories (default 0). */
+  rewardTruncated?: boolean;
+  /**
+   * Fail (DataError) when more than this share of the trajectories ended with `finish: "error"`
+   * (default 1: never; rolling out, `rollout` stops the run earlier with the same threshold).
+   */
+  maxErrorShare?: number;
   /** Sees every trajectory (re-verified if asked) as it streams past, e.g. to save it. */
   onTrajectory?: (trajectory: Trajectory) => Promise<void>;
 }
@@ -49,7 +56,10 @@ export async function evaluateBenchmark(
   const groups = new Map<string, Sample[]>();
   const seen = new Set<string>();
   const samples: Sample[] = [];
+  const infra = new Map<string, number>();
+  let total = 0;
   for await (const { trajectory, where } of trajectories) {
+    total += 1;
     const problem = byId?.get(trajectory.problem_id);
     if (byId && !problem) {
       throw new DataError(
@@ -67,22 +77,40 @@ export async function evaluateBenchmark(
     if (options.reverify) {
       if (!problem) throw new DataError(`${where}: --reverify needs the problem (pass --problems)`);
       const { answer, reward } = await options.verifier.score(t.text, problem);
-      t = { ...t, answer, reward };
+      t = { ...t, answer, reward: outcomeReward(t.finish, reward, options.rewardTruncated) };
     }
     await options.onTrajectory?.(t);
+    if (isInfraError(t)) {
+      // Not the model's failure: counted apart, in no metric.
+      infra.set(t.problem_id, (infra.get(t.problem_id) ?? 0) + 1);
+      continue;
+    }
     const sample = toSample(t);
     samples.push(sample);
     const group = groups.get(sample.problem_id);
     if (group) group.push(sample);
     else groups.set(sample.problem_id, [sample]);
   }
-  const order = options.problems ? options.problems.map((p) => p.id) : [...groups.keys()];
+  const errors = [...infra.values()].reduce((a, b) => a + b, 0);
+  const share = options.maxErrorShare ?? 1;
+  if (errors > share * total) {
+    throw new DataError(
+      `${benchmark}: ${errors} of ${total} trajectories failed for infrastructure reasons (finish "error"), ` +
+        `more than --max-error-share ${share}`,
+    );
+  }
+  const order = options.problems
+    ? options.problems.map((p) => p.id)
+    : [...new Set([...groups.keys(), ...infra.keys()])];
   const records: EvalProblemRecord[] = [];
   for (const id of order) {
-    const group = groups.get(id);
-    if (!group) throw new DataError(`${benchmark}: problem '${id}' has no trajectories`);
+    const group = groups.get(id) ?? [];
+    const failed = infra.get(id) ?? 0;
+    if (group.length === 0 && failed === 0)
+      throw new DataError(`${benchmark}: problem '${id}' has no trajectories`);
     const kind = byId?.get(id)?.kind;
-    records.push(await problemRecord(benchmark, id, group, (a, b) => options.verifier.same(a, b, kind)));
+    const same = (a: string, b: string) => options.verifier.same(a, b, kind);
+    records.push(await problemRecord(benchmark, id, group, same, failed));
   }
   if (records.length === 0) throw new DataError(`${benchmark}: no trajectories`);
   const summary = summarize(benchmark, records, samples, {

@@ -11,6 +11,8 @@ export const EvalProblem = z.looseObject({
   mean_tokens: z.number(),
   tool_calls: z.number(),
   tool_errors: z.number(),
+  /** Samples that failed for infrastructure reasons (`finish: "error"`), not in `n`; absent before. */
+  infra_errors: z.int().nonnegative().optional(),
 });
 export type EvalProblem = z.output<typeof EvalProblem>;
 
@@ -25,6 +27,8 @@ export const EvalSummary = z.looseObject({
   mean_tokens: z.number(),
   tool_error_rate: z.number(),
   policy: z.string(),
+  /** Trajectories that failed for infrastructure reasons, left out of every metric; absent before. */
+  infra_errors: z.int().nonnegative().optional(),
 });
 export type EvalSummary = z.output<typeof EvalSummary>;
 

@@ -1,8 +1,39 @@
 import { z } from 'zod';
 import { lossMask, numbers, tokenIds, version } from './common.js';
 
-export const Finish = z.enum(['stop', 'length', 'max_turns', 'tool_overflow', 'error']);
+/**
+ * Why a trajectory ended. `length` and `tool_overflow` are truncations (reward 0); `invalid_calls`
+ * is the `--max-invalid-calls` cap; `error` is an infrastructure failure (see `TrajectoryError`).
+ */
+export const Finish = z.enum(['stop', 'length', 'max_turns', 'tool_overflow', 'invalid_calls', 'error']);
 export type Finish = z.output<typeof Finish>;
+
+/** Finishes at the token budget: such a trajectory keeps reward 0 whatever its text holds. */
+export const TRUNCATED: ReadonlySet<Finish> = new Set<Finish>(['length', 'tool_overflow']);
+
+/**
+ * The reward a trajectory keeps: the verifier's, except 0 for a truncated trajectory (unless
+ * `rewardTruncated`, the release's behaviour) and for an infrastructure failure.
+ */
+export function outcomeReward(finish: Finish, reward: number, rewardTruncated = false): number {
+  if (finish === 'error') return 0;
+  if (TRUNCATED.has(finish) && !rewardTruncated) return 0;
+  return reward;
+}
+
+/**
+ * Why a trajectory ended with `finish: "error"`: the service the agent depends on failed (the
+ * sandbox was unreachable, answered 5xx or an internal error reason, or the engines failed every
+ * retry), not the model. Such a trajectory is left out of group statistics and metrics.
+ */
+export const TrajectoryError = z.looseObject({
+  kind: z.enum(['sandbox', 'engine']),
+  message: z.string(),
+});
+export type TrajectoryError = z.output<typeof TrajectoryError>;
+
+/** An infrastructure failure: excluded from RoC, advantages and eval metrics, counted apart. */
+export const isInfraError = (t: { finish: string }): boolean => t.finish === 'error';
 
 export const Penalty = z.object({ tool_error: z.number(), format: z.number(), total: z.number() });
 export type Penalty = z.output<typeof Penalty>;
@@ -37,6 +68,8 @@ export const Trajectory = z
     penalty: Penalty.optional(),
     advantage: z.number().optional(),
     timing: Timing.optional(),
+    /** Present when `finish` is `error`: which service failed and how. */
+    error: TrajectoryError.optional(),
   })
   .superRefine((t, ctx) => {
     const n = t.response_ids.length;

@@ -1,5 +1,5 @@
 import type { SubmissionResult } from '../records/sandbox.js';
-import type { Finish } from '../records/trajectory.js';
+import type { Finish, TrajectoryError } from '../records/trajectory.js';
 import { DEFAULT_TOOL_RESPONSE_CHARS, formatToolResponse } from '../sandbox/tool-response.js';
 import { type ProtocolContext, promptIds, toolTurnIds } from './protocol.js';
 import { type CodeCall, parseToolCalls, resolveToolCall } from './tool-parser.js';
@@ -16,7 +16,10 @@ export interface Generation {
 export interface AgentIO {
   /** Continues `contextIds` (prompt + response so far) for at most `maxNewTokens` tokens. */
   generate(contextIds: readonly number[], maxNewTokens: number, turn: number): Promise<Generation>;
-  /** Runs the calls of one turn; a rejection becomes `Error when executing tool: <message>`. */
+  /**
+   * Runs the calls of one turn; a rejection becomes `Error when executing tool: <message>`, except
+   * a `ServiceFailure` (the trajectory ends with `finish: "error"`) and an `AgentAbort`.
+   */
   runTools(calls: CodeCall[]): Promise<SubmissionResult[]>;
 }
 
@@ -31,6 +34,11 @@ export interface AgentOptions {
   toolResponseMaxChars?: number;
   /** The prompt already tokenized (`promptIds(prompt, ctx)`), e.g. shared by a problem's samples. */
   promptIds?: readonly number[];
+  /**
+   * End the trajectory (`invalid_calls`) after this many consecutive tool calls that were malformed
+   * or failed; the last tool turn is not appended. 0 or absent: no cap (the release).
+   */
+  maxInvalidCalls?: number;
 }
 
 /** The token-level result of one rollout; the Trajectory record minus identity, answer and reward. */
@@ -45,12 +53,29 @@ export interface AgentResult {
   tool_errors: number;
   answer_tags: number;
   finish: Finish;
+  /** With `finish: "error"`: the service that failed. */
+  error?: TrajectoryError;
   timing: { generate_ms: number; tool_ms: number };
 }
 
 /** Thrown by an AgentIO to end the trajectory with an error instead of answering the model. */
 export class AgentAbort extends Error {
   override name = 'AgentAbort';
+}
+
+/**
+ * Thrown by an AgentIO when a service failed the trajectory (the sandbox after its retries, the
+ * engines after theirs): the trajectory ends with `finish: "error"` and this as its `error`, so the
+ * failure is neither shown to the model nor scored as the model's.
+ */
+export class ServiceFailure extends Error {
+  override name = 'ServiceFailure';
+  constructor(
+    readonly service: TrajectoryError['kind'],
+    message: string,
+  ) {
+    super(message);
+  }
 }
 
 const ANSWER = /<answer>[\s\S]*?<\/answer>/g;
@@ -85,11 +110,26 @@ export async function runAgent(
   let toolCalls = 0;
   let toolErrors = 0;
   let answerTags = 0;
+  let invalidRun = 0;
   let finish: Finish;
+  let error: TrajectoryError | undefined;
+  const maxInvalid = options.maxInvalidCalls ?? 0;
+  const failed = (e: unknown): e is ServiceFailure => {
+    if (!(e instanceof ServiceFailure)) return false;
+    error = { kind: e.service, message: e.message };
+    return true;
+  };
 
   for (;;) {
     const t0 = performance.now();
-    const gen = await io.generate(context ?? prompt_ids, maxTokens - response_ids.length, turns);
+    let gen: Generation;
+    try {
+      gen = await io.generate(context ?? prompt_ids, maxTokens - response_ids.length, turns);
+    } catch (e) {
+      if (!failed(e)) throw e;
+      finish = 'error';
+      break;
+    }
     timing.generate_ms += performance.now() - t0;
     if (gen.ids.length !== gen.logprobs.length) {
       throw new Error(`engine returned ${gen.ids.length} ids but ${gen.logprobs.length} logprobs`);
@@ -131,6 +171,10 @@ export async function runAgent(
       });
     }
     timing.tool_ms += performance.now() - t1;
+    if (failed(results)) {
+      finish = 'error';
+      break;
+    }
     let k = 0;
     const texts = resolved.map((r) => {
       if ('error' in r) return r.error;
@@ -138,6 +182,11 @@ export async function runAgent(
       return formatToolResponse(results[k++], { maxChars });
     });
     toolErrors += texts.filter((t) => FAILURE.test(t)).length;
+    for (const t of texts) invalidRun = FAILURE.test(t) ? invalidRun + 1 : 0;
+    if (maxInvalid > 0 && invalidRun >= maxInvalid) {
+      finish = 'invalid_calls';
+      break;
+    }
 
     const toolIds = toolTurnIds(texts, ctx);
     // The release stops here so the sequence never ends on a user turn.
@@ -158,12 +207,14 @@ export async function runAgent(
     response_ids,
     loss_mask,
     logprobs,
-    text: ctx.tokenizer.decode(response_ids),
+    // An engine failure on the first turn leaves nothing to decode (the tokenizer refuses []).
+    text: response_ids.length > 0 ? ctx.tokenizer.decode(response_ids) : '',
     turns,
     tool_calls: toolCalls,
     tool_errors: toolErrors,
     answer_tags: answerTags,
     finish,
+    ...(error ? { error } : {}),
     timing,
   };
 }

@@ -1,16 +1,17 @@
 import { createHash } from 'node:crypto';
+import { DataError } from '../errors.js';
 import type { Problem } from '../records/problem.js';
-import type { Trajectory } from '../records/trajectory.js';
+import { outcomeReward, type Trajectory } from '../records/trajectory.js';
 import { type Compat, scoreResponse } from '../reward/index.js';
-import { SandboxClient } from '../sandbox/client.js';
-import { AgentAbort, type AgentIO, runAgent } from './agent.js';
+import { SandboxClient, SandboxError } from '../sandbox/client.js';
+import { AgentAbort, type AgentIO, runAgent, ServiceFailure } from './agent.js';
 import { type EngineClient, EngineError, type SamplingOptions } from './engines.js';
 import { type ProtocolContext, promptIds } from './protocol.js';
 import { type Assignment, AsyncScheduler, type Policy, Scheduler, type TurnRequest } from './scheduler.js';
 import { priorFor } from './scheduler-prior.js';
 
 export type { AgentIO, AgentOptions, AgentResult, Generation, Script } from './agent.js';
-export { AgentAbort, runAgent, scriptedTrajectory } from './agent.js';
+export { AgentAbort, runAgent, ServiceFailure, scriptedTrajectory } from './agent.js';
 export type { Capacity, EngineClient, EngineKind } from './engines.js';
 export { EngineError, engineClient, SglangClient, VllmClient } from './engines.js';
 export type { ProtocolContext } from './protocol.js';
@@ -29,8 +30,22 @@ export { loadTokenizer } from './tokenizer.js';
 
 export interface RolloutOptions {
   engines: EngineClient[];
-  /** The sandbox client (or its URL) that runs `python_code_with_standard_io`. */
+  /**
+   * The sandbox client (or its URL) that runs `python_code_with_standard_io`. A client made here
+   * sends `sandboxToken` and rejects calls the service itself failed (`rejectServiceFailures`).
+   */
   sandbox: SandboxClient | string;
+  /** Bearer token for a sandbox given by URL. */
+  sandboxToken?: string;
+  /** Keep the verifier's reward for `length` / `tool_overflow` trajectories (the release); default 0. */
+  rewardTruncated?: boolean;
+  /** End a trajectory after this many consecutive malformed or failing tool calls (0: no cap). */
+  maxInvalidCalls?: number;
+  /**
+   * Stop with an error once more than this share of the run's trajectories ended with
+   * `finish: "error"` (an infrastructure failure); default 0.1, 1 = never.
+   */
+  maxErrorShare?: number;
   protocol: ProtocolContext;
   /** Samples per problem (default 1). */
   n?: number;
@@ -58,7 +73,10 @@ export interface RolloutOptions {
   lengths?: ReadonlyMap<string, number>;
   /** How often engines' KV capacity is scraped (default 1000 ms; 0 = only at start). */
   scrapeMs?: number;
-  /** Consecutive failures of one turn before the rollout gives up (default 2 × engines + 2). */
+  /**
+   * Consecutive failures of one turn before its trajectory ends with `finish: "error"` (kind
+   * `engine`; default 2 × engines + 2).
+   */
   maxAttempts?: number;
   /** `policy` field of each trajectory; default: the first engine's model path. */
   policy?: string;
@@ -89,8 +107,10 @@ function requestSeed(seed: number, id: string, turn: number): number {
  * Samples `n` trajectories per problem through the engines and the sandbox; yields each one as it
  * finishes (completion order). An engine that fails a turn is set aside and probed until it
  * answers again; the turn goes back to the queue and runs elsewhere, so every trajectory is
- * produced exactly once. A turn that fails everywhere `maxAttempts` times ends the rollout with
- * an error (unfinished trajectories are then redone by a resumed run).
+ * produced exactly once. A turn that fails everywhere `maxAttempts` times, and a tool call the
+ * sandbox service failed after its retries, end that trajectory with `finish: "error"` and an
+ * `error` cause; more than `maxErrorShare` of them end the rollout with an error. A sandbox that
+ * refuses the token ends the rollout at once, naming its URL.
  */
 export async function* rollout(problems: Problem[], options: RolloutOptions): AsyncGenerator<Trajectory> {
   const { engines, protocol } = options;
@@ -99,8 +119,17 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
   const sampling = { temperature: options.temperature ?? 1, topP: options.topP ?? 1 };
   const maxAttempts = options.maxAttempts ?? 2 * engines.length + 2;
   const ownSandbox = typeof options.sandbox === 'string';
-  const sandbox = typeof options.sandbox === 'string' ? new SandboxClient(options.sandbox) : options.sandbox;
+  const sandbox =
+    typeof options.sandbox === 'string'
+      ? new SandboxClient(options.sandbox, { token: options.sandboxToken, rejectServiceFailures: true })
+      : options.sandbox;
+  const maxErrorShare = options.maxErrorShare ?? 0.1;
   const clock = () => performance.now();
+  // A wrong token fails here, before any engine is asked for anything.
+  await sandbox.checkAuth().catch(async (error: unknown) => {
+    if (ownSandbox) await sandbox.close();
+    throw error;
+  });
 
   const capacities = await Promise.all(engines.map((e) => e.capacity().catch(() => undefined)));
   const concurrency = Math.max(1, options.concurrency ?? 1024);
@@ -214,6 +243,9 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
       } catch (error) {
         if (!(error instanceof EngineError) || !error.retryable || attempt >= maxAttempts) {
           scheduler.release(a);
+          if (error instanceof EngineError && error.retryable) {
+            throw new ServiceFailure('engine', `${error.message} (${attempt} attempts)`);
+          }
           throw error;
         }
         // Set the engine aside; the scrape loop brings it back when it answers again.
@@ -246,7 +278,16 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
       },
       async runTools(calls) {
         toolCalls += calls.length;
-        return sandbox.runBatch(calls.map((c) => ({ type: 'python', solution: c.code, input: c.input })));
+        try {
+          return await sandbox.runBatch(
+            calls.map((c) => ({ type: 'python', solution: c.code, input: c.input })),
+          );
+        } catch (error) {
+          if (!(error instanceof SandboxError)) throw error;
+          // A refused token is the run's configuration: stop it, never show it to the model.
+          if (error.kind === 'auth') throw new AgentAbort(error.message);
+          throw new ServiceFailure('sandbox', error.message);
+        }
       },
     };
     let ids = promptCache.get(job.problem.id);
@@ -260,6 +301,7 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
       maxTokens: options.maxTokens,
       maxParallelCalls: options.maxParallelCalls,
       toolResponseMaxChars: options.toolResponseMaxChars,
+      maxInvalidCalls: options.maxInvalidCalls,
     });
     core.forget(job.id);
     const { answer, reward } = scoreResponse(
@@ -288,8 +330,10 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
       tool_errors: r.tool_errors,
       answer_tags: r.answer_tags,
       finish: r.finish,
+      ...(r.error ? { error: r.error } : {}),
       answer,
-      reward,
+      // The extracted answer stays informative; the reward follows the record contract.
+      reward: outcomeReward(r.finish, reward, options.rewardTruncated),
       timing: {
         queued_ms: Math.round(queued),
         generate_ms: Math.round(engineMs),
@@ -301,6 +345,8 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
   // Every trajectory is started at once and waits in the scheduler, which admits `concurrency`
   // of them at a time in its start order; finished ones are handed out in completion order.
   const finished: Trajectory[] = [];
+  let errors = 0;
+  let firstError: string | undefined;
   let failure: unknown;
   let wake: (() => void) | undefined;
   const notify = () => {
@@ -334,6 +380,16 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
         continue;
       }
       const t = finished.shift()!;
+      if (t.finish === 'error') {
+        errors++;
+        firstError ??= t.error?.message;
+        if (errors > maxErrorShare * jobs.length) {
+          throw new DataError(
+            `rollout: ${errors} of ${jobs.length} trajectories failed for infrastructure reasons, ` +
+              `more than --max-error-share ${maxErrorShare} (first: ${firstError})`,
+          );
+        }
+      }
       done++;
       progress();
       yield t;

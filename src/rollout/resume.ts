@@ -1,9 +1,12 @@
 import { closeSync, existsSync, ftruncateSync, openSync, readFileSync } from 'node:fs';
 import { DataError } from '../errors.js';
+import { writeFileAtomic } from '../ndjson/index.js';
 
 /**
  * Ids of the trajectories an earlier run already wrote to `file`. A last line cut short by a
  * kill is removed from the file (it is regenerated), so appending continues on a line boundary.
+ * Trajectories that ended with `finish: "error"` (an infrastructure failure) are removed too, so
+ * the resumed run generates them again instead of keeping the failure.
  */
 export function finishedIds(file: string): Set<string> {
   const ids = new Set<string>();
@@ -18,16 +21,24 @@ export function finishedIds(file: string): Set<string> {
       closeSync(fd);
     }
   }
+  const kept: string[] = [];
+  let dropped = 0;
   for (const [i, line] of text.slice(0, end).split('\n').entries()) {
     if (line.trim() === '') continue;
-    let id: unknown;
+    let record: { id?: unknown; finish?: unknown };
     try {
-      id = (JSON.parse(line) as { id?: unknown }).id;
+      record = JSON.parse(line) as typeof record;
     } catch (error) {
       throw new DataError(`${file}:${i + 1}: invalid JSON: ${(error as Error).message}`);
     }
-    if (typeof id !== 'string') throw new DataError(`${file}:${i + 1}: id: expected a string`);
-    ids.add(id);
+    if (typeof record.id !== 'string') throw new DataError(`${file}:${i + 1}: id: expected a string`);
+    if (record.finish === 'error') {
+      dropped += 1;
+      continue;
+    }
+    kept.push(line);
+    ids.add(record.id);
   }
+  if (dropped > 0) writeFileAtomic(file, kept.map((l) => `${l}\n`).join(''));
   return ids;
 }

@@ -8,7 +8,42 @@ export interface SandboxClientOptions {
   timeoutMs?: number;
   /** How many times a call answered `queue_timeout` (or a failed request) is sent again. */
   retries?: number;
+  /**
+   * Reject (with a `SandboxError`) a call still answered `queue_timeout` or `internal_error` after
+   * the retries, instead of resolving with that result. Rollout sets it: the service's own failure
+   * must not reach the model as if its code had failed. Default false (`sandbox-run` prints results).
+   */
+  rejectServiceFailures?: boolean;
 }
+
+/**
+ * Why the sandbox service (not the code it ran) failed a call: `auth` (401/403: a missing or wrong
+ * token; retrying cannot help), `unavailable` (unreachable, 5xx, the request timed out, a
+ * malformed answer), `internal` (the call kept coming back `internal_error` or `queue_timeout`).
+ */
+export type SandboxErrorKind = 'auth' | 'unavailable' | 'internal';
+
+export class SandboxError extends Error {
+  override name = 'SandboxError';
+  constructor(
+    readonly kind: SandboxErrorKind,
+    readonly url: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Result reasons that report the service's failure, not the code's: retried with the same sub_id. */
+export const SERVICE_REASONS: ReadonlySet<string> = new Set(['queue_timeout', 'internal_error']);
+
+const authError = (url: string, status: number, text: string): SandboxError =>
+  new SandboxError(
+    'auth',
+    url,
+    `sandbox ${url} refused the request (HTTP ${status}: ${text.slice(0, 200)}): ` +
+      'give its token with --sandbox-token or the RSTAR_SANDBOX_TOKEN environment variable',
+  );
 
 interface Pending {
   submission: Submission;
@@ -31,17 +66,40 @@ export class SandboxClient {
   #headers: Record<string, string>;
   #timeoutMs: number;
   #retries: number;
+  #rejectService: boolean;
   #pending: Pending[] = [];
   #scheduled = false;
   #inflight = new Set<Promise<void>>();
   #closed = false;
 
-  constructor(url: string, options: { token?: string; timeoutMs?: number; retries?: number } = {}) {
+  constructor(url: string, options: SandboxClientOptions = {}) {
     this.url = url.replace(/\/+$/, '');
     this.#headers = { 'content-type': 'application/json' };
     if (options.token) this.#headers.authorization = `Bearer ${options.token}`;
     this.#timeoutMs = options.timeoutMs ?? 600_000;
     this.#retries = options.retries ?? 5;
+    this.#rejectService = options.rejectServiceFailures ?? false;
+  }
+
+  /**
+   * Checks the token before any call: an empty batch is refused with 401/403 by a server that
+   * wants another token (a `SandboxError` of kind `auth`) and with 422 otherwise. An unreachable
+   * server passes here; its calls fail (and are retried) later.
+   */
+  async checkAuth(): Promise<void> {
+    let response: Response;
+    try {
+      response = await fetch(`${this.url}/run/long-batch`, {
+        method: 'POST',
+        headers: this.#headers,
+        body: JSON.stringify({ type: 'batch', submissions: [] }),
+        signal: AbortSignal.timeout(Math.min(this.#timeoutMs, 30_000)),
+      });
+    } catch {
+      return;
+    }
+    const text = await response.text().catch(() => '');
+    if (response.status === 401 || response.status === 403) throw authError(this.url, response.status, text);
   }
 
   run(submission: Submission): Promise<SubmissionResult> {
@@ -91,39 +149,65 @@ export class SandboxClient {
         const again: typeof todo = [];
         results.forEach((result, i) => {
           const item = todo[i];
-          if (result.reason === 'queue_timeout' && attempt < this.#retries) again.push(item);
-          else item.pending.resolve(result);
+          const service =
+            SERVICE_REASONS.has(result.reason) && (this.#rejectService || result.reason === 'queue_timeout');
+          if (service && attempt < this.#retries) again.push(item);
+          else if (service && this.#rejectService) {
+            item.pending.reject(
+              new SandboxError(
+                'internal',
+                this.url,
+                `sandbox ${this.url}: call answered ${result.reason} ${attempt + 1} times`,
+              ),
+            );
+          } else item.pending.resolve(result);
         });
         todo = again;
       } catch (error) {
         lastError = error as Error;
-        if ((error as { fatal?: boolean }).fatal) break;
+        if (error instanceof SandboxError || (error as { fatal?: boolean }).fatal) break;
       }
     }
     for (const item of todo) {
-      item.pending.reject(new Error(`sandbox ${this.url}: ${lastError?.message ?? 'gave up after retries'}`));
+      if (lastError instanceof SandboxError && lastError.kind === 'auth') item.pending.reject(lastError);
+      else if ((lastError as { fatal?: boolean } | undefined)?.fatal)
+        item.pending.reject(new Error(`sandbox ${this.url}: ${lastError?.message}`));
+      else {
+        const why = lastError?.message ?? 'gave up after retries';
+        item.pending.reject(
+          new SandboxError(
+            'unavailable',
+            this.url,
+            `sandbox ${this.url}: ${why} (${this.#retries + 1} attempts)`,
+          ),
+        );
+      }
     }
   }
 
   async #post(submissions: Submission[]): Promise<SubmissionResult[]> {
-    const response = await fetch(`${this.url}/run/long-batch`, {
-      method: 'POST',
-      headers: this.#headers,
-      body: JSON.stringify({ type: 'batch', submissions }),
-      signal: AbortSignal.timeout(this.#timeoutMs),
-    });
-    const text = await response.text();
+    let response: Response;
+    let text: string;
+    try {
+      response = await fetch(`${this.url}/run/long-batch`, {
+        method: 'POST',
+        headers: this.#headers,
+        body: JSON.stringify({ type: 'batch', submissions }),
+        signal: AbortSignal.timeout(this.#timeoutMs),
+      });
+      text = await response.text();
+    } catch (error) {
+      // fetch's own message is "fetch failed"; the cause says why (ECONNREFUSED, a reset, a timeout).
+      const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+      const why = cause?.code ?? cause?.message;
+      throw new Error(`${(error as Error).message}${why ? ` (${why})` : ''}`);
+    }
     if (!response.ok) {
+      if (response.status === 401 || response.status === 403)
+        throw authError(this.url, response.status, text);
       const error = new Error(`HTTP ${response.status}: ${text.slice(0, 200)}`);
-      // Auth and request errors will not get better by asking again; overload (503) will.
-      if (
-        response.status === 401 ||
-        response.status === 403 ||
-        response.status === 422 ||
-        response.status === 400
-      ) {
-        Object.assign(error, { fatal: true });
-      }
+      // Request errors will not get better by asking again; overload (503) and 5xx may.
+      if (response.status === 422 || response.status === 400) Object.assign(error, { fatal: true });
       throw error;
     }
     const parsed = JSON.parse(text) as { results?: SubmissionResult[] };

@@ -15,9 +15,12 @@ export interface ToolRunner {
   close(): Promise<void>;
 }
 
-/** A running `sandbox-serve` at `url`. */
-export function sandboxRunner(url: string): ToolRunner {
-  const client = new SandboxClient(url);
+/**
+ * A running `sandbox-serve` at `url`. A call the service itself failed (after the client's
+ * retries) and a refused token are errors, never a tool failure baked into a demonstration.
+ */
+export function sandboxRunner(url: string, options: { token?: string } = {}): ToolRunner {
+  const client = new SandboxClient(url, { token: options.token, rejectServiceFailures: true });
   return {
     run: (calls) => client.runBatch(calls.map((c) => ({ type: 'python', solution: c.code, input: c.input }))),
     close: () => client.close(),
