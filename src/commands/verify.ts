@@ -2,6 +2,7 @@ import { DataError, UsageError } from '../errors.js';
 import { NdjsonWriter, openInput, readAll, readRecords } from '../ndjson/index.js';
 import { number, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
+import { type Finish, TRUNCATED } from '../records/trajectory.js';
 import { ScoredTrajectory, VerifyCase } from '../records/verify.js';
 import { type Compat, extractLoose, isEquivalent, scoreResponse } from '../reward/index.js';
 
@@ -37,7 +38,7 @@ export async function run(argv: string[]): Promise<void> {
       // The problem's prompt travels with it: its rounding instructions apply.
       const { answer, reward } = scoreResponse(record.text, problem, { compat });
       // A truncated trajectory keeps reward 0 whatever its text says (ARCHITECTURE.md, the agent protocol).
-      await out.write({ ...record, answer, reward: record.finish === 'length' ? 0 : reward });
+      await out.write({ ...record, answer, reward: TRUNCATED.has(record.finish as Finish) ? 0 : reward });
     }
   } else {
     for await (const { record, line } of readRecords(stream, source, VerifyCase)) {
