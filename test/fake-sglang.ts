@@ -19,6 +19,13 @@ export interface FakeOptions {
   /** Texts per assistant turn; `byPrompt` entries win when `match` occurs in the prompt. */
   turns: string[];
   byPrompt?: { match: string; turns: string[] }[];
+  /**
+   * Replies that vary by request: the k-th request with the same prompt, where it contains `match`,
+   * gets `replies[k % replies.length]` (single-turn scripts, e.g. right and wrong answers for GRPO groups).
+   */
+  cycle?: { match: string; replies: string[] }[];
+  /** The weight_version served at start (SGLang's; default "0"). */
+  weightVersion?: string;
   msPerToken?: number;
   baseMs?: number;
   modelPath?: string;
@@ -42,6 +49,8 @@ async function serve(o: FakeOptions): Promise<void> {
   const waiting: { need: number; go: () => void }[] = [];
   const stats: FakeStats = { requests: 0, completed: 0, maxUsed: 0, reloads: [] };
   let model = o.modelPath ?? 'fake-model';
+  let version = o.weightVersion ?? '0';
+  const cycled = new Map<string, number>();
 
   const admit = (): void => {
     while (waiting.length > 0 && (used + waiting[0].need <= o.capacity || running === 0)) {
@@ -78,6 +87,8 @@ async function serve(o: FakeOptions): Promise<void> {
         return json(res, 200, { max_total_num_tokens: o.capacity, model_path: model });
       }
       if (req.method === 'GET' && req.url === '/get_model_info') return json(res, 200, { model_path: model });
+      if (req.method === 'GET' && req.url === '/get_weight_version')
+        return json(res, 200, { weight_version: version });
       if (req.method === 'GET' && req.url === '/stats') return json(res, 200, stats);
       if (req.method === 'GET' && req.url === '/metrics') {
         res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
@@ -87,8 +98,9 @@ async function serve(o: FakeOptions): Promise<void> {
         );
       }
       if (req.method === 'POST' && req.url === '/update_weights_from_disk') {
-        const b = (await body(req)) as { model_path?: string };
+        const b = (await body(req)) as { model_path?: string; weight_version?: string };
         model = String(b.model_path);
+        if (b.weight_version !== undefined) version = b.weight_version;
         stats.reloads.push(model);
         await new Promise((r) => setTimeout(r, 50));
         return json(res, 200, { success: true, message: 'ok' });
@@ -104,7 +116,13 @@ async function serve(o: FakeOptions): Promise<void> {
         const text = tk.decode(b.input_ids);
         const turn = text.split('<|im_start|>assistant').length - 2;
         const script = o.byPrompt?.find((p) => text.includes(p.match))?.turns ?? o.turns;
-        const reply = script[Math.min(turn, script.length - 1)];
+        const cycle = o.cycle?.find((c) => text.includes(c.match));
+        let reply = script[Math.min(turn, script.length - 1)];
+        if (cycle) {
+          const k = cycled.get(text) ?? 0; // counted per prompt: each group alternates on its own
+          cycled.set(text, k + 1);
+          reply = cycle.replies[k % cycle.replies.length];
+        }
         let ids = [...tk.encode(reply), eos];
         const finish =
           ids.length > maxNew ? { type: 'length', length: maxNew } : { type: 'stop', matched: eos };
@@ -125,6 +143,7 @@ async function serve(o: FakeOptions): Promise<void> {
           meta_info: {
             prompt_tokens: b.input_ids.length,
             completion_tokens: ids.length,
+            weight_version: version,
             finish_reason: finish,
             output_token_logprobs: b.return_logprob
               ? ids.map((id, i) => [fakeLogprob(id, i), id, null])

@@ -4,7 +4,7 @@
  * so memory holds only the groups still open; without one, every group waits for the end of input.
  */
 import { DataError } from '../errors.js';
-import { openInput, readLines } from '../ndjson/index.js';
+import { openInput, readLines, type SourceLine } from '../ndjson/index.js';
 import { type ParsedRecord, type ParseTask, type PoolOptions, parseTrajectories } from './parse-pool.js';
 
 export interface Member<T> {
@@ -95,9 +95,35 @@ function sorted<T>(members: Member<T>[]): Member<T>[] {
   return members.sort((a, b) => a.sample - b.sample);
 }
 
+/**
+ * An `{"end_batch": true, ...}` line of the RL pipeline (rollout --steps): the groups of its batch
+ * are all released before it, then the command writes the line on unchanged.
+ */
+export interface BatchEnd {
+  endBatch: string;
+  where: string;
+}
+
+export const isBatchEnd = <T>(item: Group<T> | BatchEnd): item is BatchEnd => 'endBatch' in item;
+
+const END_BATCH = /^\s*\{.*"end_batch"\s*:\s*true/;
+
+function endBatchLine(line: SourceLine): boolean {
+  if (!END_BATCH.test(line.text)) return false;
+  try {
+    const value = JSON.parse(line.text) as { end_batch?: unknown; id?: unknown };
+    return value.end_batch === true && value.id === undefined;
+  } catch {
+    return false; // not JSON: the trajectory parser reports it with its line
+  }
+}
+
 export interface GroupedInput<T> {
-  /** Groups in completion order (with a size) or first-appearance order (at end of input). */
-  groups: AsyncGenerator<Group<T>>;
+  /**
+   * Groups in completion order (with a size) or first-appearance order (at the end of the input or
+   * of a batch), and the batch ends between them.
+   */
+  groups: AsyncGenerator<Group<T> | BatchEnd>;
   /** Records read so far. */
   readonly records: () => number;
   /** Records read so far with `finish: "error"` (infrastructure failures). */
@@ -174,14 +200,37 @@ export function readTrajectoryGroups<T>(
   let count = 0;
   let errors = 0;
   let complete = false;
-  async function* groups(): AsyncGenerator<Group<T>> {
-    const { stream, source } = openInput(file);
+  const { stream, source } = openInput(file);
+  const lines = readLines(stream, source)[Symbol.asyncIterator]();
+  const at: { marker?: SourceLine; eof: boolean } = { eof: false };
+  /** The input's lines up to the next end_batch line (kept in `marker`) or the end. */
+  async function* batch(): AsyncGenerator<SourceLine> {
+    for (;;) {
+      const next = await lines.next();
+      if (next.done) {
+        at.eof = true;
+        return;
+      }
+      if (endBatchLine(next.value)) {
+        at.marker = next.value;
+        return;
+      }
+      yield next.value;
+    }
+  }
+  async function* groups(): AsyncGenerator<Group<T> | BatchEnd> {
+    while (!at.eof) {
+      at.marker = undefined;
+      yield* batchGroups(batch());
+      const m = at.marker as SourceLine | undefined;
+      if (m) yield { endBatch: m.text.trim(), where: `${m.source}:${m.line}` };
+    }
+    complete = true;
+  }
+  /** Groups never span a batch end: an incomplete group there is an error, as at the end of input. */
+  async function* batchGroups(batchLines: AsyncIterable<SourceLine>): AsyncGenerator<Group<T>> {
     const grouper = new Grouper<T>(options);
-    for await (const { entry, record } of parseTrajectories(
-      readLines(stream, source),
-      options.task,
-      options,
-    )) {
+    for await (const { entry, record } of parseTrajectories(batchLines, options.task, options)) {
       count += 1;
       if (record.finish === 'error') errors += 1;
       const member = {
@@ -193,7 +242,6 @@ export function readTrajectoryGroups<T>(
       const done = grouper.add(record.problem_id, member);
       if (done) yield done;
     }
-    complete = true;
     yield* grouper.finish();
   }
   return { groups: groups(), records: () => count, errors: () => errors, complete: () => complete };

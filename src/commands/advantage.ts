@@ -5,6 +5,7 @@ import {
   appendField,
   errorShareGate,
   type InfraCounts,
+  isBatchEnd,
   readTrajectoryGroups,
   scoredMembers,
 } from '../algo/group.js';
@@ -83,6 +84,11 @@ export async function run(argv: string[]): Promise<void> {
   };
   for await (const group of input.groups) {
     gate();
+    if (isBatchEnd(group)) {
+      await out.writeRaw(group.endBatch); // the step's groups are all out: pass the batch end on
+      if (out.closed) return;
+      continue;
+    }
     stats.groups_in += 1;
     const members = scoredMembers(group, (i) => i.errored, stats);
     if (members === undefined) continue;

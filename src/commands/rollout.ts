@@ -1,7 +1,9 @@
+import { appendFile, mkdir, rename, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { Option } from 'commander';
 import { startEngine } from '../backend/engine.js';
 import { UsageError } from '../errors.js';
-import { openInput, openOutput, readAll, readRecords } from '../ndjson/index.js';
+import { NdjsonWriter, openInput, openOutput, readAll, readRecords } from '../ndjson/index.js';
 import { collect, integer, interactive, number, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
@@ -12,11 +14,13 @@ import {
   loadProtocol,
   POLICIES,
   type Policy,
+  type RolloutOptions,
   type RolloutProgress,
   rollout,
 } from '../rollout/index.js';
 import { finishedIds } from '../rollout/resume.js';
 import { lengthsByProblem } from '../rollout/scheduler-prior.js';
+import { rolloutSteps } from '../rollout/steps.js';
 import { startSandbox } from '../sandbox/embedded.js';
 
 interface Flags {
@@ -42,6 +46,7 @@ interface Flags {
   schedule: Policy;
   out?: string;
   reload?: string;
+  weightVersion?: string;
   model?: string;
   kvTokens?: number;
   concurrency: number;
@@ -49,6 +54,13 @@ interface Flags {
   timeout: number;
   compat: 'strict' | 'rstar';
   prior?: string;
+  steps?: number;
+  batch?: number;
+  startStep: number;
+  maxStaleness: number;
+  dynamicSampling: number;
+  save?: string;
+  stepStats?: string;
 }
 
 /** Mean response length per problem of an earlier rollout, streamed: only the lengths are kept. */
@@ -64,6 +76,50 @@ function progressLine(p: RolloutProgress): string {
   const s = p.elapsedMs / 1000 || 1;
   const load = p.engines.map((e, i) => `e${i}:${e.alive ? `${e.inflight}` : 'down'}`).join(' ');
   return `\r${p.done}/${p.total} trajectories  ${(p.tokens / s).toFixed(0)} tok/s  ${(p.toolCalls / s).toFixed(1)} calls/s  ${load}\x1b[K`;
+}
+
+/**
+ * The RL loop's rollout side: `--steps` batches to stdout, each closed by an end_batch line; with
+ * `--save`, each step's trajectories also go to their own file, renamed into place when the step
+ * ends, so a crash never leaves a half-written step that a resume would take for a finished one.
+ */
+async function runSteps(problems: Problem[], options: RolloutOptions, f: Flags): Promise<void> {
+  const out = new NdjsonWriter();
+  const stop = new AbortController();
+  let saving: { file: string; tmp: string; lines: string[] } | undefined;
+  try {
+    for await (const item of rolloutSteps(problems, options, {
+      batch: f.batch!,
+      steps: f.steps!,
+      startStep: f.startStep,
+      maxStaleness: f.maxStaleness,
+      dynamicSampling: f.dynamicSampling,
+      seed: f.seed,
+      signal: stop.signal,
+    })) {
+      if ('end_batch' in item) {
+        if (options.onProgress) process.stderr.write('\n');
+        if (saving) {
+          await writeFile(saving.tmp, saving.lines.join(''));
+          await rename(saving.tmp, saving.file);
+          saving = undefined;
+        }
+        if (f.stepStats !== undefined) await appendFile(f.stepStats, `${JSON.stringify(item)}\n`);
+      } else if (f.save !== undefined) {
+        if (!saving) {
+          const file = f.save.replaceAll('{step}', String(item.step));
+          await mkdir(dirname(file), { recursive: true });
+          saving = { file, tmp: `${file}.partial`, lines: [] };
+        }
+        saving.lines.push(`${JSON.stringify(item)}\n`);
+      }
+      await out.write(item);
+      if (out.closed) break; // downstream has gone: nothing more to do
+    }
+  } finally {
+    stop.abort();
+    await out.end();
+  }
 }
 
 export async function run(argv: string[]): Promise<void> {
@@ -120,19 +176,60 @@ export async function run(argv: string[]): Promise<void> {
     )
     .option('--out <file>', 'output NDJSON (resumable); stdout when absent')
     .option('--reload <checkpoint>', 'make every engine load CHECKPOINT first and wait for it')
+    .option('--weight-version <label>', '--reload: label the loaded weights (the RL step they come from)')
     .option('--model <dir>', 'checkpoint for the embedded engine when no --engine is given')
     .option('--kv-tokens <n>', 'KV budget of the embedded engine', integer(1))
     .option('--concurrency <n>', 'trajectories in flight', integer(1), 1024)
     .option('--scrape-ms <ms>', 'KV capacity scrape interval (0: only at start)', integer(0), 1000)
     .option('--timeout <s>', 'per-request engine timeout in seconds', number(1), 600)
-    .addOption(
-      new Option('--compat <mode>', 'answer grading').choices(['strict', 'rstar']).default('strict'),
-    );
+    .addOption(new Option('--compat <mode>', 'answer grading').choices(['strict', 'rstar']).default('strict'))
+    .option(
+      '--steps <s>',
+      'RL loop: S steps of --batch problems each, each closed by an end_batch line',
+      integer(1),
+    )
+    .option(
+      '--batch <b>',
+      'RL loop: problems per step (the target of mixed groups under --dynamic-sampling)',
+      integer(1),
+    )
+    .option(
+      '--start-step <k>',
+      'RL loop: the first step (a resumed run: the last finished step + 1)',
+      integer(1),
+      1,
+    )
+    .option(
+      '--max-staleness <n>',
+      'RL loop: step k starts once every engine serves weight_version k-1-N or later (0: on-policy)',
+      integer(0),
+      0,
+    )
+    .option(
+      '--dynamic-sampling <x>',
+      'RL loop: sample more problems, up to X times --batch, until --batch groups have mixed rewards (1: off)',
+      number(1),
+      1,
+    )
+    .option(
+      '--save <pattern>',
+      "RL loop: also write each step's trajectories to this file ({step}), whole or not at all",
+    )
+    .option('--step-stats <file>', "RL loop: append each step's statistics (the end_batch line) to FILE");
   if (!parse(cmd, argv)) return;
   const f = cmd.opts<Flags>();
   if (f.problems === undefined && f.reload === undefined) throw new UsageError('--problems FILE is required');
   if (f.problems !== undefined && f.tokenizer === undefined)
     throw new UsageError('--tokenizer DIR is required');
+  if (f.steps !== undefined) {
+    if (f.batch === undefined) throw new UsageError('--steps needs --batch B (problems per step)');
+    if (f.out !== undefined || f.reload !== undefined || f.prior !== undefined) {
+      throw new UsageError('--steps writes to stdout (and --save): --out, --reload and --prior do not apply');
+    }
+    if (f.startStep > f.steps) throw new UsageError(`--start-step ${f.startStep} is past --steps ${f.steps}`);
+  } else if (f.batch !== undefined || f.save !== undefined || f.stepStats !== undefined) {
+    throw new UsageError('--batch, --save and --step-stats belong to the RL loop: give --steps S');
+  }
   if (f.engine.length === 0 && f.model === undefined) {
     throw new UsageError('give --engine URL (repeatable), or --model DIR to start an embedded engine-serve');
   }
@@ -149,7 +246,7 @@ export async function run(argv: string[]): Promise<void> {
       engineClient(u, f.engineKind, { timeoutMs: f.timeout * 1000 }),
     );
     if (f.reload !== undefined) {
-      await Promise.all(engines.map((e) => e.reload(f.reload!)));
+      await Promise.all(engines.map((e) => e.reload(f.reload!, f.weightVersion)));
       if (interactive()) process.stderr.write(`${engines.length} engine(s) now serve ${f.reload}\n`);
       if (f.problems === undefined) return;
     }
@@ -167,36 +264,38 @@ export async function run(argv: string[]): Promise<void> {
       closers.push(() => sb.close());
       sandboxUrl = sb.url;
     }
+    const options: RolloutOptions = {
+      engines,
+      sandbox: sandboxUrl,
+      sandboxToken: f.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN,
+      rewardTruncated: f.rewardTruncated === true,
+      maxInvalidCalls: f.maxInvalidCalls,
+      maxErrorShare: f.maxErrorShare,
+      protocol,
+      n: f.n,
+      maxTurns: f.maxTurns,
+      maxTokens: f.maxTokens,
+      temperature: f.temperature,
+      topP: f.topP,
+      seed: f.seed,
+      maxParallelCalls: f.maxParallelCalls,
+      toolResponseMaxChars: f.toolResponseMaxChars,
+      schedule: f.schedule,
+      concurrency: f.concurrency,
+      scrapeMs: f.scrapeMs,
+      compat: f.compat,
+      onProgress: interactive() ? (p) => process.stderr.write(progressLine(p)) : undefined,
+    };
+    if (f.steps !== undefined) {
+      await runSteps(problems, options, f);
+      return;
+    }
     const lengths = f.prior !== undefined ? await priorLengths(f.prior) : undefined;
     const skip = f.out !== undefined ? finishedIds(f.out) : undefined;
     const out = openOutput(f.out, { append: true });
     const tty = interactive();
     try {
-      for await (const t of rollout(problems, {
-        engines,
-        sandbox: sandboxUrl,
-        sandboxToken: f.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN,
-        rewardTruncated: f.rewardTruncated === true,
-        maxInvalidCalls: f.maxInvalidCalls,
-        maxErrorShare: f.maxErrorShare,
-        protocol,
-        n: f.n,
-        maxTurns: f.maxTurns,
-        maxTokens: f.maxTokens,
-        temperature: f.temperature,
-        topP: f.topP,
-        seed: f.seed,
-        maxParallelCalls: f.maxParallelCalls,
-        toolResponseMaxChars: f.toolResponseMaxChars,
-        schedule: f.schedule,
-        skip,
-        concurrency: f.concurrency,
-        lengths,
-        scrapeMs: f.scrapeMs,
-        policy: f.reload,
-        compat: f.compat,
-        onProgress: tty ? (p) => process.stderr.write(progressLine(p)) : undefined,
-      })) {
+      for await (const t of rollout(problems, { ...options, skip, lengths, policy: f.reload })) {
         await out.write(t);
         if (out.closed) break;
       }

@@ -300,6 +300,7 @@ export async function run(argv: string[]): Promise<void> {
   const { stream, source } = openInput(cmd.args[0]);
   let inBatch = 0;
   let total = 0;
+  let numberedSteps = 0;
   let held = o.weightVersion; // the step whose weights the trainer holds when this batch starts
   try {
     for await (const entry of readLines(stream, source)) {
@@ -308,10 +309,14 @@ export async function run(argv: string[]): Promise<void> {
         const line = blank
           ? '{"v":1,"end_batch":true}'
           : endBatchLine(JSON.parse(entry.text), `${source}:${entry.line}`);
-        if (o.follow && inBatch > 0) {
+        const numbered = (JSON.parse(line) as { step?: number }).step;
+        // a numbered step goes to the backend even when empty: it still checkpoints and syncs
+        if (o.follow && (inBatch > 0 || numbered !== undefined)) {
           await send(child.stdin!, line);
           inBatch = 0;
-          held = (JSON.parse(line) as { step?: number }).step ?? held + 1;
+          total += numbered !== undefined ? 1 : 0;
+          numberedSteps += numbered !== undefined ? 1 : 0;
+          held = numbered ?? held + 1;
         }
         continue;
       }
@@ -347,6 +352,15 @@ export async function run(argv: string[]): Promise<void> {
       throw new DataError(backendMessage(String(result.stderr), String(error)));
     }
     throw error;
+  }
+  if (o.follow && numberedSteps > 0 && inBatch > 0) {
+    // rollout --steps closes every batch; records after the last end_batch are a step cut short
+    child.kill('SIGTERM');
+    await child;
+    await stopPeers();
+    throw new DataError(
+      `${source}: the last ${inBatch} records have no end_batch line (the producer stopped mid-step): not trained`,
+    );
   }
   if (total === 0) {
     child.kill('SIGTERM');

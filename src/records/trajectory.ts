@@ -68,6 +68,10 @@ export const Trajectory = z
     penalty: Penalty.optional(),
     advantage: z.number().optional(),
     timing: Timing.optional(),
+    /** rollout --steps: the RL step whose batch this trajectory belongs to. */
+    step: count.optional(),
+    /** rollout --steps: the engines' weight_version (the policy's step) when its step started. */
+    policy_version: z.string().optional(),
     /** Present when `finish` is `error`: which service failed and how. */
     error: TrajectoryError.optional(),
   })

@@ -25,6 +25,7 @@ from .model import entropy_from_logits, token_logprobs
 
 STATE = "trainer_state.json"
 MOMENTS = "optimizer.safetensors"
+STEP_RECORD = "step.json"
 
 
 class DataError(Exception):
@@ -113,7 +114,9 @@ def read_batches(stream, source, follow):
             step = rec.get("step")
             if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
                 raise DataError(f"{where}: step: expected a non-negative integer, got {step!r}")
-            if follow and batch:
+            # A numbered step is taken even when empty (every group had equal rewards): its
+            # checkpoint and Step record keep the run's numbering, and the engines their version.
+            if follow and (batch or step is not None):
                 batch.lr = lr
                 batch.step = step
                 yield batch
@@ -284,6 +287,8 @@ class Trainer:
         grpo = a.loss == "grpo"
         seqs = [validate(rec, where, self.cfg.vocab_size, grpo, grpo and a.old_logprobs == "rollout")
                 for where, rec in batch]
+        if not seqs and getattr(batch, "step", None) is not None:
+            return self.skip(batch, t0)
         if not seqs:
             raise DataError("empty batch: no records to train on")
         n_loss_all = sum(loss_tokens(s) for s in seqs)
@@ -398,10 +403,6 @@ class Trainer:
         self.step_no += 1
         step_name = batch.step if getattr(batch, "step", None) is not None else self.step_no
         out = a.out.replace("{step}", str(step_name))
-        if self.rank == 0:
-            self.save(out)
-        if self.world > 1:
-            dist.barrier()
         tokens = sum(len(s["prompt"]) + len(s["response"]) for s in seqs)
         n_tok = max(float(sums[9]), 1.0)  # loss tokens summed over every update
         record = {
@@ -426,6 +427,25 @@ class Trainer:
                     record["seq_masked_frac"] = seq_masked[0] / max(1, seq_masked[1])
         if self.ref is not None:
             record["kl"] = float(sums[6]) / n_tok
+        if self.rank == 0:
+            self.save(out, record)
+        if self.world > 1:
+            dist.barrier()
+        return record
+
+    def skip(self, batch, t0):
+        """A numbered step with nothing to learn from: the same weights, saved as that step."""
+        self.step_no += 1
+        out = self.args.out.replace("{step}", str(batch.step))
+        record = {"v": 1, "step": batch.step, "policy": (self.args.policy or os.path.abspath(out)).replace(
+                    "{step}", str(batch.step)), "checkpoint": os.path.abspath(out), "loss": 0.0, "pg_clipfrac": 0.0,
+                "approx_kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "lr": 0.0, "sequences": 0, "tokens": 0,
+                "seconds": round(time.time() - t0, 6), "loss_type": self.args.loss, "loss_tokens": 0, "updates": 0,
+                "skipped": "empty batch: every group had equal rewards"}
+        if self.rank == 0:
+            self.save(out, record)
+        if self.world > 1:
+            dist.barrier()
         return record
 
     def load_state(self, folder):
@@ -454,9 +474,11 @@ class Trainer:
             self.opt.state[p] = {"step": torch.tensor(float(moments[f"step.{i}"])),
                                  "exp_avg": m.to(self.device), "exp_avg_sq": v.to(self.device)}
 
-    def save(self, out):
+    def save(self, out, record=None):
         """Writes the checkpoint beside `out` and renames it into place, so a run killed mid-save
-        leaves the previous checkpoint whole: a folder with trainer_state.json is always complete."""
+        leaves the previous checkpoint whole: a folder with trainer_state.json is always complete. The
+        step's record is written inside (step.json), so a run killed before it printed the record
+        still has it."""
         import shutil
         out = os.path.normpath(out)
         tmp = f"{out}.partial-{os.getpid()}"
@@ -475,6 +497,9 @@ class Trainer:
                 "betas": [self.args.beta1, self.args.beta2], "weight_decay": self.args.weight_decay}
         with open(os.path.join(tmp, STATE), "w") as f:
             json.dump(meta, f, indent=2)
+        if record is not None:  # the Step record travels with its checkpoint: a resume can recover it
+            with open(os.path.join(tmp, STEP_RECORD), "w") as f:
+                f.write(json.dumps(record) + "\n")
         old = f"{out}.old-{os.getpid()}"
         if os.path.exists(out):
             os.rename(out, old)

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# One GRPO-RoC stage as one streaming pipeline of the toolchain's commands, the trainer resident:
+#
+#   rstar rollout --steps S --batch B --n 2G ...      (waits for each step's policy on the engines)
+#     | rstar roc-filter --keep G --group-size 2G     (--down-sample none: keep all 2G, plain GRPO)
+#     | rstar advantage --group-size G
+#     | rstar train-step --follow --loss grpo --sync ENGINE ...   (checkpoint OUT/step-K, then the
+#                                                                 engine loads it as weight_version K)
+#
+#   bash recipes/rl.sh OUT               # needs RSTAR_RL_MODEL and RSTAR_RL_PROBLEMS
+#
+# Rerunning the same command resumes: the pipeline starts after the last complete checkpoint
+# OUT/step-K (a checkpoint is renamed into place whole, so one that exists is complete), from K's
+# weights and AdamW state, and rollout draws the same problems for each step as before.
+#
+# Environment (defaults in brackets):
+#   RSTAR_RL_MODEL      checkpoint to start from (e.g. the SFT checkpoint)
+#   RSTAR_RL_PROBLEMS   training problems (NDJSON Problem records)
+#   RSTAR_RL_STEPS [8]  this stage's last step (a later stage continues the step count: RSTAR_RL_FIRST)
+#   RSTAR_RL_FIRST [1]  the stage's first step (a stage after another starts at its last step + 1)
+#   RSTAR_RL_BATCH [16] problems per step   RSTAR_RL_KEEP [4] G   RSTAR_RL_N [2G] rollouts per problem
+#   RSTAR_RL_DOWN_SAMPLE [roc]  roc: keep G of 2G (GRPO-RoC); none: keep all N (plain GRPO, same budget)
+#   RSTAR_RL_LR [1e-3]  RSTAR_RL_MINI_BATCHES [4]  RSTAR_RL_EPOCHS [1]  RSTAR_RL_MAX_TOKENS [384]
+#   RSTAR_RL_MAX_TURNS [3]  RSTAR_RL_TEMPERATURE [1]  RSTAR_RL_STALENESS [0: on-policy; 1: one-step-off]
+#   RSTAR_RL_DYNAMIC [1: off; X: refill up to X*B problems until B groups are mixed]
+#   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
+#   RSTAR_RL_TRAIN_ARGS [extra train-step flags]
+#   RSTAR_RL_ENGINE / RSTAR_RL_SANDBOX  running servers to use (default: start engine-serve and
+#                       sandbox-serve for this stage and stop them at the end)
+#
+# Writes OUT/step-K/ (checkpoint), OUT/trajectories/step-K.jsonl, OUT/steps.jsonl (train-step's Step records),
+# OUT/rollout-steps.jsonl (rollout's per-step statistics), OUT/curve.jsonl (training reward per step).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=recipes/lib.sh
+source recipes/lib.sh
+# shellcheck source=recipes/servers.sh
+source recipes/servers.sh
+
+OUT=${1:?usage: bash recipes/rl.sh OUT}
+MODEL=${RSTAR_RL_MODEL:?RSTAR_RL_MODEL: the checkpoint to start from}
+PROBLEMS=${RSTAR_RL_PROBLEMS:?RSTAR_RL_PROBLEMS: the training problems}
+FIRST=${RSTAR_RL_FIRST:-1}
+STEPS=${RSTAR_RL_STEPS:-8}
+BATCH=${RSTAR_RL_BATCH:-16}
+KEEP=${RSTAR_RL_KEEP:-4}
+N=${RSTAR_RL_N:-$((2 * KEEP))}
+DOWN=${RSTAR_RL_DOWN_SAMPLE:-roc}
+LR=${RSTAR_RL_LR:-1e-3}
+MINI=${RSTAR_RL_MINI_BATCHES:-4}
+EPOCHS=${RSTAR_RL_EPOCHS:-1}
+MAX_TOKENS=${RSTAR_RL_MAX_TOKENS:-384}
+MAX_TURNS=${RSTAR_RL_MAX_TURNS:-3}
+TEMPERATURE=${RSTAR_RL_TEMPERATURE:-1}
+STALENESS=${RSTAR_RL_STALENESS:-0}
+DYNAMIC=${RSTAR_RL_DYNAMIC:-1}
+SEED=${RSTAR_RL_SEED:-0}
+TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
+TOKENIZER=${RSTAR_RL_TOKENIZER:-$MODEL}
+RSTAR=(node bin/rstar.js)
+[[ -f dist/src/cli.js ]] || npx tsc -p .
+[[ -d $MODEL ]] || die "RSTAR_RL_MODEL: $MODEL is not a checkpoint folder"
+[[ -s $PROBLEMS ]] || die "RSTAR_RL_PROBLEMS: $PROBLEMS is missing or empty"
+case $DOWN in
+  roc) KEPT=$KEEP ;;
+  none) KEPT=$N ;;  # roc-filter --keep N: equal-reward groups are still dropped, as dynamic sampling does
+  *) die "RSTAR_RL_DOWN_SAMPLE: expected roc or none, got '$DOWN'" ;;
+esac
+mkdir -p "$OUT"
+
+# Resume: the last complete checkpoint of this stage (or of the stage before it, FIRST - 1).
+start=$FIRST
+model=$MODEL
+version=$((FIRST - 1))
+for ((k = STEPS; k >= FIRST; k--)); do
+  if [[ -f $OUT/step-$k/trainer_state.json ]]; then
+    start=$((k + 1)) model=$OUT/step-$k version=$k
+    break
+  fi
+done
+if ((start > STEPS)); then
+  log "rl: every step up to $STEPS is done ($OUT/step-$STEPS)"
+  exit 0
+fi
+((start > FIRST)) && log "rl: resuming after step $version ($model)"
+# A run killed between a checkpoint and its Step record going down the pipe: the record is in the
+# checkpoint (step.json), so steps.jsonl and curve.jsonl get every finished step exactly once.
+touch "$OUT/steps.jsonl" "$OUT/curve.jsonl"
+for ((k = FIRST; k < start; k++)); do
+  grep -q "\"step\": $k," "$OUT/steps.jsonl" || cat "$OUT/step-$k/step.json" >>"$OUT/steps.jsonl"
+  if ! grep -q "\"step\":$k," "$OUT/curve.jsonl"; then
+    reward=$(json_number "$(grep "\"step\":$k," "$OUT/rollout-steps.jsonl" | tail -n 1)" mean_reward)
+    printf '{"v":1,"step":%s,"train_reward":%s}\n' "$k" "${reward:-0}" >>"$OUT/curve.jsonl"
+  fi
+done
+
+trap stop_servers EXIT
+ENGINE=${RSTAR_RL_ENGINE:-}
+if [[ -z $ENGINE ]]; then
+  start_server engine-serve "$OUT/engine.log" engine-serve --model "$model" --weight-version "$version"
+  ENGINE=$SERVER_URL
+else
+  "${RSTAR[@]}" rollout --reload "$model" --weight-version "$version" --engine "$ENGINE"
+fi
+SANDBOX=${RSTAR_RL_SANDBOX:-}
+if [[ -z $SANDBOX ]]; then
+  start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve
+  SANDBOX=$SERVER_URL
+fi
+
+step "RL steps $start..$STEPS: $BATCH problems x $N, keep $KEPT ($DOWN), $MINI mini-batches x $EPOCHS epochs, LR $LR"
+# rollout runs beside the rest of the pipeline, through a FIFO: if a later stage fails, rollout
+# (waiting for a policy that will never come) is stopped instead of hanging the recipe; if rollout
+# fails, train-step refuses the unterminated last batch (nothing half-trained).
+fifo=$OUT/.rollout.fifo
+rm -f "$fifo" && mkfifo "$fifo"
+"${RSTAR[@]}" rollout --problems "$PROBLEMS" --steps "$STEPS" --start-step "$start" --batch "$BATCH" --n "$N" \
+  --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" \
+  --engine "$ENGINE" --sandbox "$SANDBOX" --tokenizer "$TOKENIZER" --chat-template "$TEMPLATE" \
+  --max-tokens "$MAX_TOKENS" --max-turns "$MAX_TURNS" --temperature "$TEMPERATURE" \
+  --save "$OUT/trajectories/step-{step}.jsonl" --step-stats "$OUT/rollout-steps.jsonl" >"$fifo" &
+rollout_pid=$!
+trained() {
+  # shellcheck disable=SC2086
+  "${RSTAR[@]}" roc-filter --keep "$KEPT" --group-size "$N" --stats "$OUT/roc-stats.json" <"$fifo" |
+    "${RSTAR[@]}" advantage --group-size "$KEPT" |
+    "${RSTAR[@]}" train-step --follow --loss grpo --model "$model" --weight-version "$version" \
+      --out "$OUT/step-{step}" --policy "rl-step-{step}" --sync "$ENGINE" --max-staleness "$STALENESS" \
+      --lr "$LR" --mini-batches "$MINI" --epochs "$EPOCHS" ${RSTAR_RL_TRAIN_ARGS:-} |
+    tee -a "$OUT/steps.jsonl" |
+    while IFS= read -r record; do
+      k=$(json_number "$record" step)
+      reward=$(json_number "$(grep "\"step\":$k," "$OUT/rollout-steps.jsonl" | tail -n 1)" mean_reward)
+      printf '{"v":1,"step":%s,"train_reward":%s}\n' "$k" "${reward:-0}" >>"$OUT/curve.jsonl"
+      log "step $k: mean reward ${reward:-?}, $(json_number "$record" sequences) trained, clip $(json_number "$record" pg_clipfrac), kl $(json_number "$record" approx_kl), $(json_number "$record" seconds)s"
+    done
+}
+if ! trained; then
+  kill "$rollout_pid" 2>/dev/null || true
+  wait "$rollout_pid" 2>/dev/null || true
+  rm -f "$fifo"
+  die "rl: the pipeline failed (see above); rerun the same command to resume after the last finished step"
+fi
+wait "$rollout_pid" || { rm -f "$fifo"; die "rl: rollout failed (see above); rerun to resume"; }
+rm -f "$fifo"
+log "rl: done: $OUT/step-$STEPS, $OUT/steps.jsonl, $OUT/curve.jsonl"
