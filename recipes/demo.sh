@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# The main job on the embedded defaults, end to end on one CPU machine:
-#   1. SFT of the tiny model on the synthetic tool-use curriculum (recipes/sft.sh)
-#   2. GRPO-RoC: rollout 2G per problem (engine-serve + sandbox-serve) | roc-filter --keep G
-#      | advantage | train-step --loss grpo, then the engine reloads the new weights; repeated
-#   3. eval of the SFT and the RL checkpoints on the held-out problems, and the comparison
+# The main job on the embedded defaults, end to end on one CPU machine, as rStar2-Agent's recipe:
+#   1. non-reasoning SFT of the tiny model on the synthetic tool-use curriculum (recipes/sft.sh)
+#   2. GRPO-RoC in three stages (recipes/rl.sh: rollout --steps | roc-filter | advantage |
+#      train-step --follow --sync, one streaming pipeline per stage, the step count continuing):
+#        stage 1 at a short response budget, stage 2 at a raised budget, stage 3 on the hard problems
+#        only (those not solved by every rollout of their last pass, `rstar hard-problems`)
+#   3. held-out evaluation after SFT and after each stage: OUT/rl/curve.jsonl and curve.svg
+#      (training reward per step, held-out avg@n per stage), and OUT/compare.md (SFT vs RL, with
+#      paired bootstrap 95% intervals)
 #
-#   bash recipes/demo.sh [OUT]     # OUT defaults to runs/demo
+#   bash recipes/demo.sh [OUT]     # OUT defaults to runs/demo; rerunning resumes where it stopped
 #
 # Sizes come from environment variables (defaults in brackets):
-#   RSTAR_DEMO_STEPS [4] RL steps   RSTAR_DEMO_PROBLEMS [16] problems per step   RSTAR_DEMO_KEEP [4] G
-#   RSTAR_DEMO_LR [2e-4]   RSTAR_DEMO_MAX_TOKENS [384]   RSTAR_DEMO_EVAL_N [4] samples per eval problem
-#   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
-#   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run).
-# The SFT stage is sft.sh's 8-minute default (RSTAR_SFT_TOTAL 480): the tiny model leaves it with the
-# format learnt and the reading of the problem half-learnt (docs/sft.md: ~97% format-valid, ~70%
-# correct at temperature 1), so many RoC groups have mixed rewards for RL to learn from.
+#   RSTAR_DEMO_STAGES ["30 30 20"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["256 384 384"] their budgets
+#   RSTAR_DEMO_PROBLEMS [16] problems per step   RSTAR_DEMO_KEEP [4] G (2G rollouts per problem)
+#   RSTAR_DEMO_LR [2e-4]   RSTAR_DEMO_MINI_BATCHES [2]   RSTAR_DEMO_DOWN_SAMPLE [roc; none: plain GRPO]
+#   RSTAR_DEMO_EVAL_N [4] samples per held-out problem for the SFT and final evaluations
+#   RSTAR_DEMO_CURVE_N [2] samples per held-out problem after stages 1 and 2 (the curve; 0: skip)
+#   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
+#   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run),
+#   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_STALENESS, RSTAR_RL_DYNAMIC).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=recipes/lib.sh
@@ -23,18 +28,16 @@ source recipes/lib.sh
 source recipes/servers.sh
 
 OUT=${1:-runs/demo}
-STEPS=${RSTAR_DEMO_STEPS:-4}
-PROBLEMS=${RSTAR_DEMO_PROBLEMS:-16}
-KEEP=${RSTAR_DEMO_KEEP:-4}
-N=$((2 * KEEP))
-LR=${RSTAR_DEMO_LR:-2e-4}
-MAX_TOKENS=${RSTAR_DEMO_MAX_TOKENS:-384}
+read -r -a STAGES <<<"${RSTAR_DEMO_STAGES:-30 30 20}"
+read -r -a TOKENS <<<"${RSTAR_DEMO_TOKENS:-256 384 384}"
+((${#STAGES[@]} == 3 && ${#TOKENS[@]} == 3)) || die "RSTAR_DEMO_STAGES and RSTAR_DEMO_TOKENS take three numbers each"
 EVAL_N=${RSTAR_DEMO_EVAL_N:-4}
+CURVE_N=${RSTAR_DEMO_CURVE_N:-2}
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 RSTAR=(node bin/rstar.js)
 [[ -f dist/src/cli.js ]] || npx tsc -p .
 mkdir -p "$OUT/rl"
-trap stop_servers EXIT
+started=$EPOCHREALTIME
 
 # 1. SFT (or reuse one).
 SFT=${RSTAR_DEMO_SFT:-$OUT/sft}
@@ -44,50 +47,66 @@ if [[ ! -d $SFT/ckpt ]]; then
 fi
 DATA=$SFT/data
 
-# 2. Servers: one engine on the SFT weights, one sandbox.
+# 2. Servers shared by the stages and the evaluations: one engine, one sandbox.
+trap stop_servers EXIT
 step "engine-serve + sandbox-serve"
-start_server engine-serve "$OUT/engine.log" engine-serve --model "$SFT/ckpt"
+start_server engine-serve "$OUT/engine.log" engine-serve --model "$SFT/ckpt" --weight-version 0
 ENGINE=$SERVER_URL
 start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve
 SANDBOX=$SERVER_URL
 ROLLOUT=(--engine "$ENGINE" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
-  --max-tokens "$MAX_TOKENS" --max-turns 3 --temperature 1)
+  --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}")
 
-# 3. GRPO-RoC steps. Each step's trajectories, filter statistics and Step record stay in OUT/rl.
-current=$SFT/ckpt
-: >"$OUT/rl/steps.jsonl"
-for ((k = 1; k <= STEPS; k++)); do
-  dir=$OUT/rl/step-$k
-  mkdir -p "$dir"
-  shuffle_lines "$DATA/train-problems.jsonl" "$k" >"$dir/shuffled.jsonl" # (no `| head`: pipefail)
-  head -n "$PROBLEMS" "$dir/shuffled.jsonl" >"$dir/problems.jsonl" && rm "$dir/shuffled.jsonl"
-  step "RL step $k/$STEPS: rollout $PROBLEMS problems x $N, roc-filter --keep $KEEP, advantage, train-step"
-  "${RSTAR[@]}" rollout --problems "$dir/problems.jsonl" --n "$N" --seed "$k" "${ROLLOUT[@]}" \
-    --out "$dir/trajectories.jsonl"
-  "${RSTAR[@]}" roc-filter --keep "$KEEP" --group-size "$N" --stats "$dir/roc-stats.json" "$dir/trajectories.jsonl" |
-    "${RSTAR[@]}" advantage --group-size "$KEEP" >"$dir/batch.jsonl"
-  rewards=$(awk -F'"reward":' 'NF > 1 { split($2, a, /[,}]/); s += a[1]; n++ } END { printf "%.3f", (n ? s / n : 0) }' \
-    "$dir/trajectories.jsonl")
-  if [[ ! -s $dir/batch.jsonl ]]; then
-    log "step $k: every group had equal rewards (mean reward $rewards); nothing to learn from, weights unchanged"
-    continue
+# evaluate NAME CHECKPOINT VERSION N STEP: held-out avg@N of a checkpoint (kept if already done),
+# added to the curve at STEP.
+evaluate() {
+  local name=$1 ckpt=$2 version=$3 n=$4 at=$5
+  if [[ ! -f $OUT/eval-$name/report.json ]]; then
+    step "eval $name ($ckpt) on $(wc -l <"$DATA/test-problems.jsonl") held-out problems x $n"
+    "${RSTAR[@]}" rollout --reload "$ckpt" --weight-version "$version" --engine "$ENGINE"
+    "${RSTAR[@]}" eval --problems "$DATA/test-problems.jsonl" --n "$n" --seed 0 "${ROLLOUT[@]}" \
+      --out "$OUT/eval-$name.partial" >/dev/null
+    rm -rf "$OUT/eval-$name" && mv "$OUT/eval-$name.partial" "$OUT/eval-$name"
   fi
-  # shellcheck disable=SC2086
-  "${RSTAR[@]}" train-step --loss grpo --model "$current" --out "$dir/ckpt" --lr "$LR" --policy "rl-step-$k" \
-    ${RSTAR_DEMO_TRAIN_ARGS:-} "$dir/batch.jsonl" | tee -a "$OUT/rl/steps.jsonl" >/dev/null
-  log "step $k: mean reward $rewards, $(wc -l <"$dir/batch.jsonl") trajectories trained, $(tail -n 1 "$OUT/rl/steps.jsonl" | cut -c1-160)"
-  current=$dir/ckpt
-  "${RSTAR[@]}" rollout --reload "$current" --engine "$ENGINE"
+  local avg
+  avg=$(json_number "$(tr -d '\n' <"$OUT/eval-$name/report.json")" 'avg@n')
+  grep -q "\"eval\":\"$name\"" "$OUT/rl/curve.jsonl" 2>/dev/null ||
+    printf '{"v":1,"step":%s,"heldout_avg@n":%s,"eval":"%s"}\n' "$at" "$avg" "$name" >>"$OUT/rl/curve.jsonl"
+  log "held-out avg@$n after $name: $avg"
+}
+
+evaluate sft "$SFT/ckpt" 0 "$EVAL_N" 0
+
+# 3. The RL stages. rl.sh resumes inside a stage; a finished stage returns at once.
+export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE=$ENGINE RSTAR_RL_SANDBOX=$SANDBOX RSTAR_RL_TOKENIZER=$SFT/ckpt
+export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
+export RSTAR_RL_LR=${RSTAR_DEMO_LR:-2e-4} RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2}
+export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
+first=1
+last=0
+for stage in 1 2 3; do
+  last=$((last + STAGES[stage - 1]))
+  problems=$DATA/train-problems.jsonl
+  if ((stage == 3)); then
+    # the hard subset: problems not solved by every rollout of their last pass
+    # (fixed once: a resumed stage 3 draws from the same subset)
+    if [[ ! -s $OUT/rl/hard-problems.jsonl ]]; then
+      "${RSTAR[@]}" hard-problems --problems "$problems" "$OUT"/rl/trajectories/step-*.jsonl >"$OUT/rl/hard.partial"
+      mv "$OUT/rl/hard.partial" "$OUT/rl/hard-problems.jsonl"
+    fi
+    problems=$OUT/rl/hard-problems.jsonl
+  fi
+  step "RL stage $stage: steps $first..$last, response budget ${TOKENS[stage - 1]}"
+  # the stage starts from the previous stage's last checkpoint
+  if ((first > 1)); then export RSTAR_RL_MODEL=$OUT/rl/step-$((first - 1)); fi
+  RSTAR_RL_FIRST=$first RSTAR_RL_STEPS=$last RSTAR_RL_MAX_TOKENS=${TOKENS[stage - 1]} RSTAR_RL_PROBLEMS=$problems \
+    bash recipes/rl.sh "$OUT/rl"
+  if ((stage < 3 && CURVE_N > 0)); then evaluate "stage$stage" "$OUT/rl/step-$last" "$last" "$CURVE_N" "$last"; fi
+  first=$((last + 1))
 done
 
-# 4. Held-out evaluation of the SFT and the final RL checkpoints, and the difference table.
-evaluate() { # NAME CHECKPOINT
-  step "eval $1 ($2) on $(wc -l <"$DATA/test-problems.jsonl") held-out problems x $EVAL_N"
-  "${RSTAR[@]}" rollout --reload "$2" --engine "$ENGINE"
-  "${RSTAR[@]}" eval --problems "$DATA/test-problems.jsonl" --n "$EVAL_N" --seed 0 "${ROLLOUT[@]}" \
-    --out "$OUT/eval-$1" >/dev/null
-}
-evaluate sft "$SFT/ckpt"
-evaluate rl "$current"
+# 4. The final evaluation, the comparison and the curve.
+evaluate rl "$OUT/rl/step-$last" "$last" "$EVAL_N" "$last"
 "${RSTAR[@]}" eval --compare "$OUT/eval-sft/report.json" "$OUT/eval-rl/report.json" | tee "$OUT/compare.md"
-log "done: $OUT/compare.md, $OUT/rl/steps.jsonl, $OUT/eval-{sft,rl}/report.md"
+"${RSTAR[@]}" eval --curve "$OUT/rl/curve.jsonl" >/dev/null
+log "done in $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", b - a }') s: $OUT/compare.md, $OUT/rl/curve.svg, $OUT/rl/steps.jsonl"

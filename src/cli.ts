@@ -14,6 +14,7 @@ export const COMMANDS: Record<string, string> = {
   'train-step': 'one optimiser step (SFT or GRPO) on the PyTorch backend',
   eval: 'benchmarks: avg@n, unbiased pass@k, maj@n, reports and plots',
   verify: 'extract final answers and check them against references',
+  'hard-problems': 'the problems not solved by every rollout of the last pass (the last RL stage)',
   'engine-serve': 'embedded inference engine speaking the SGLang HTTP subset',
   'model-init': 'randomly initialised Qwen3-architecture checkpoint (HF layout)',
   schema: 'print the JSON Schema of a record',

@@ -2,7 +2,7 @@ import type { z } from 'zod';
 import { EvalProblem, EvalSummary, Report } from './eval.js';
 import { Problem } from './problem.js';
 import { BatchSubmission, Submission, SubmissionResult } from './sandbox.js';
-import { Step } from './step.js';
+import { EndBatch, Step } from './step.js';
 import { TrainRecord, Trajectory } from './trajectory.js';
 import { ScoredTrajectory, VerifyCase } from './verify.js';
 
@@ -19,6 +19,7 @@ export const RECORDS: Record<string, z.ZodType> = {
   trajectory: Trajectory,
   'train-record': TrainRecord,
   step: Step,
+  'end-batch': EndBatch,
   'eval-problem': EvalProblem,
   'eval-summary': EvalSummary,
   'eval-report': Report,

@@ -16,5 +16,45 @@ export const Step = z.looseObject({
   sequences: z.int().nonnegative(),
   tokens: z.int().nonnegative(),
   seconds: z.number().nonnegative(),
+  /** Optimiser updates this step made (--mini-batches x --epochs; 0 for an empty numbered step). */
+  updates: z.int().nonnegative().optional(),
+  mini_batches: z.int().nonnegative().optional(),
+  epochs: z.int().nonnegative().optional(),
+  /** Mean |rollout - trainer| log-prob over the sampled tokens. */
+  logprob_mismatch: z.number().optional(),
+  /** k3 estimate of KL(pi_rollout || pi_trainer) on the sampled tokens. */
+  rollout_kl: z.number().optional(),
+  rollout_correction: z.enum(['token-tis', 'seq-mask', 'none']).optional(),
+  /** token-tis: share of tokens whose IS weight hit the cap. */
+  tis_capped_frac: z.number().optional(),
+  /** seq-mask: share of sequences masked out. */
+  seq_masked_frac: z.number().optional(),
+  /** Why a numbered step trained nothing. */
+  skipped: z.string().optional(),
 });
 export type Step = z.output<typeof Step>;
+
+/**
+ * The line that closes one step's batch in the RL pipeline (`rollout --steps`): roc-filter and
+ * advantage pass it on after the step's groups; train-step trains on what came before it, names the
+ * checkpoint after `step` and may take `lr` for the step (a driver owning the schedule).
+ */
+export const EndBatch = z.looseObject({
+  v: version.optional(),
+  end_batch: z.literal(true),
+  step: z.int().nonnegative().optional(),
+  lr: z.number().positive().optional(),
+  stats: z
+    .looseObject({
+      problems: z.int().nonnegative(),
+      trajectories: z.int().nonnegative(),
+      mean_reward: z.number(),
+      mixed_groups: z.int().nonnegative(),
+      rounds: z.int().nonnegative(),
+      policy_version: z.int().nonnegative(),
+      wait_seconds: z.number().nonnegative(),
+      seconds: z.number().nonnegative(),
+    })
+    .optional(),
+});
+export type EndBatch = z.output<typeof EndBatch>;

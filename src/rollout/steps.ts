@@ -1,37 +1,13 @@
 import { fnv1a, mulberry32 } from '../random.js';
 import type { Problem } from '../records/problem.js';
+import type { EndBatch as RecordEndBatch } from '../records/step.js';
 import type { Trajectory } from '../records/trajectory.js';
 import type { EngineClient } from './engines.js';
 import { type RolloutOptions, rollout } from './index.js';
 
-/**
- * The line that closes a step's batch in the RL pipeline (`rollout --steps | roc-filter | advantage
- * | train-step --follow`): every command passes it on after the step's records, and train-step trains
- * on what came before it and names the checkpoint after `step`.
- */
-export interface EndBatch {
-  v: 1;
-  end_batch: true;
-  step: number;
-  stats: StepStats;
-}
-
-export interface StepStats {
-  /** Problems sampled this step (the batch plus dynamic-sampling refills). */
-  problems: number;
-  trajectories: number;
-  /** Mean reward over the step's trajectories that did not fail for infrastructure reasons. */
-  mean_reward: number;
-  /** Groups whose rewards differ: what GRPO learns from. */
-  mixed_groups: number;
-  /** Sampling rounds: 1, plus one per dynamic-sampling refill. */
-  rounds: number;
-  /** The oldest weight_version any engine served when the step started. */
-  policy_version: number;
-  /** Waiting for the engines to serve a recent enough policy. */
-  wait_seconds: number;
-  seconds: number;
-}
+/** The end_batch line rollout --steps writes after each step (the EndBatch record, stats filled). */
+export type EndBatch = RecordEndBatch & { v: 1; step: number; stats: StepStats };
+export type StepStats = NonNullable<RecordEndBatch['stats']>;
 
 export interface StepOptions {
   /** Problems per step: the batch, and the target number of mixed groups under dynamic sampling. */
