@@ -354,10 +354,14 @@ export async function run(argv: string[]): Promise<void> {
     throw error;
   }
   if (o.follow && numberedSteps > 0 && inBatch > 0) {
-    // rollout --steps closes every batch; records after the last end_batch are a step cut short
-    child.kill('SIGTERM');
+    // rollout --steps closes every batch; records after the last end_batch are a step cut short:
+    // the backend drops them and ends after the steps before, which stay trained and saved
+    await send(child.stdin!, '{"v":1,"end_batch":true,"discard":true}');
+    child.stdin?.end();
     await child;
-    await stopPeers();
+    await Promise.all(peers);
+    await forwarded.catch(() => {});
+    await writer.end();
     throw new DataError(
       `${source}: the last ${inBatch} records have no end_batch line (the producer stopped mid-step): not trained`,
     );

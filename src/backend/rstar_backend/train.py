@@ -107,6 +107,8 @@ def read_batches(stream, source, follow):
         except ValueError as e:
             raise DataError(f"{where}: invalid JSON: {e}")
         if isinstance(rec, dict) and rec.get("end_batch") is True:
+            if rec.get("discard") is True:  # the producer died mid-batch: drop it, train nothing more
+                return
             lr = rec.get("lr")
             if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0
                                    or lr == float("inf")):

@@ -327,3 +327,21 @@ class MiniBatches(TempDirCase):
         with self.assertRaises(DataError) as e:
             list(read_batches([lines[0], '{"end_batch": true, "step": -1}'], "in.jsonl", True))
         self.assertIn("in.jsonl:2: step", str(e.exception))
+
+
+class OptimizerState(TempDirCase):
+    def test_auto_starts_afresh_when_the_loss_changes(self):
+        m0 = self.checkpoint()
+        self.trainer(m0, self.path("sft"), "--loss", "sft").step(batch([A, B]))
+        grpo = self.trainer(self.path("sft"), self.path("rl"), "--loss", "grpo")
+        self.assertEqual(grpo.step_no, 0)  # the SFT step count and moments are not continued
+        self.assertEqual(len(grpo.opt.state), 0)
+        rec = grpo.step(batch([dict(A, advantage=1.0)]))
+        self.assertEqual(rec["step"], 1)
+        more = self.trainer(self.path("rl"), self.path("rl2"), "--loss", "grpo")
+        self.assertEqual(more.step_no, 1)  # same loss: continued
+        self.assertGreater(len(more.opt.state), 0)
+        load = self.trainer(self.path("sft"), self.path("rl3"), "--loss", "grpo", "--optimizer-state", "load")
+        self.assertEqual(load.step_no, 1)
+        reset = self.trainer(self.path("rl"), self.path("rl4"), "--loss", "grpo", "--optimizer-state", "reset")
+        self.assertEqual(reset.step_no, 0)
