@@ -225,7 +225,6 @@ export function readTrajectoryGroups<T>(
       const m = at.marker as SourceLine | undefined;
       if (m) yield { endBatch: m.text.trim(), where: `${m.source}:${m.line}` };
     }
-    complete = true;
   }
   /** Groups never span a batch end: an incomplete group there is an error, as at the end of input. */
   async function* batchGroups(batchLines: AsyncIterable<SourceLine>): AsyncGenerator<Group<T>> {
@@ -242,6 +241,7 @@ export function readTrajectoryGroups<T>(
       const done = grouper.add(record.problem_id, member);
       if (done) yield done;
     }
+    if (at.eof) complete = true; // before the last groups go out: --max-error-share checks first
     yield* grouper.finish();
   }
   return { groups: groups(), records: () => count, errors: () => errors, complete: () => complete };
