@@ -20,7 +20,7 @@
 #   RSTAR_RL_FIRST [1]  the stage's first step (a stage after another starts at its last step + 1)
 #   RSTAR_RL_BATCH [16] problems per step   RSTAR_RL_KEEP [4] G   RSTAR_RL_N [2G] rollouts per problem
 #   RSTAR_RL_DOWN_SAMPLE [roc]  roc: keep G of 2G (GRPO-RoC); none: keep all N (plain GRPO, same budget)
-#   RSTAR_RL_LR [1e-3]  RSTAR_RL_MINI_BATCHES [4]  RSTAR_RL_EPOCHS [1]  RSTAR_RL_MAX_TOKENS [384]
+#   RSTAR_RL_LR [3e-4]  RSTAR_RL_MINI_BATCHES [2]  RSTAR_RL_EPOCHS [1]  RSTAR_RL_MAX_TOKENS [384]
 #   RSTAR_RL_MAX_TURNS [3]  RSTAR_RL_TEMPERATURE [1]  RSTAR_RL_STALENESS [0: on-policy; 1: one-step-off]
 #   RSTAR_RL_DYNAMIC [1: off; X: refill up to X*B problems until B groups are mixed]
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
@@ -46,8 +46,8 @@ BATCH=${RSTAR_RL_BATCH:-16}
 KEEP=${RSTAR_RL_KEEP:-4}
 N=${RSTAR_RL_N:-$((2 * KEEP))}
 DOWN=${RSTAR_RL_DOWN_SAMPLE:-roc}
-LR=${RSTAR_RL_LR:-1e-3}
-MINI=${RSTAR_RL_MINI_BATCHES:-4}
+LR=${RSTAR_RL_LR:-3e-4}
+MINI=${RSTAR_RL_MINI_BATCHES:-2}
 EPOCHS=${RSTAR_RL_EPOCHS:-1}
 MAX_TOKENS=${RSTAR_RL_MAX_TOKENS:-384}
 MAX_TURNS=${RSTAR_RL_MAX_TURNS:-3}
