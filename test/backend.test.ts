@@ -8,27 +8,10 @@ import { BACKEND_DIR, findPython } from '../src/backend/python.js';
 import { startTrainer } from '../src/backend/trainer.js';
 import { Step } from '../src/records/step.js';
 import type { TrainRecord } from '../src/records/trajectory.js';
-import { lines, ndjson, ROOT, rstar } from './helpers.js';
+import { lines, ndjson, ROOT, rstar, smallConfig } from './helpers.js';
 
 /** A config far smaller than fixtures/tiny, so the tests do not depend on the fixture's sizes. */
-export const SMALL_CONFIG = {
-  architectures: ['Qwen3ForCausalLM'],
-  model_type: 'qwen3',
-  vocab_size: 96,
-  hidden_size: 32,
-  intermediate_size: 64,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 8,
-  max_position_embeddings: 512,
-  rope_theta: 10000,
-  rms_norm_eps: 1e-6,
-  tie_word_embeddings: true,
-  bos_token_id: 0,
-  eos_token_id: 2,
-  torch_dtype: 'float32',
-};
+export const SMALL_CONFIG = smallConfig();
 
 const records: TrainRecord[] = [
   { prompt_ids: [1, 5, 9], response_ids: [10, 11, 12, 13], loss_mask: [1, 1, 0, 1], advantage: 1 },

@@ -43,3 +43,25 @@ export function lines<T = Record<string, unknown>>(text: string): T[] {
 }
 
 export const ndjson = (records: unknown[]): string => records.map((r) => `${JSON.stringify(r)}\n`).join('');
+
+/** A Qwen3 config far smaller than fixtures/tiny (quick to init and train), over `vocab` tokens. */
+export function smallConfig(vocab = 96): Record<string, unknown> {
+  return {
+    architectures: ['Qwen3ForCausalLM'],
+    model_type: 'qwen3',
+    vocab_size: vocab,
+    hidden_size: 32,
+    intermediate_size: 64,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    head_dim: 8,
+    max_position_embeddings: 512,
+    rope_theta: 10000,
+    rms_norm_eps: 1e-6,
+    tie_word_embeddings: true,
+    bos_token_id: 0,
+    eos_token_id: 2,
+    torch_dtype: 'float32',
+  };
+}

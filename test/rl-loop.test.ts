@@ -16,27 +16,7 @@ import { type EndBatch, rolloutSteps, stepProblems } from '../src/rollout/steps.
 import { startSandbox } from '../src/sandbox/embedded.js';
 import { collect, TINY } from './agent-fixtures.js';
 import { type FakeServer, startFakeSglang } from './fake-sglang.js';
-import { lines, ndjson, ROOT, rstar } from './helpers.js';
-
-/** A small Qwen3 config over the tiny tokenizer's vocabulary: quick to train, real all the same. */
-const CONFIG = {
-  architectures: ['Qwen3ForCausalLM'],
-  model_type: 'qwen3',
-  vocab_size: 4096,
-  hidden_size: 32,
-  intermediate_size: 64,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 8,
-  max_position_embeddings: 512,
-  rope_theta: 10000,
-  rms_norm_eps: 1e-6,
-  tie_word_embeddings: true,
-  bos_token_id: 0,
-  eos_token_id: 2,
-  torch_dtype: 'float32',
-};
+import { lines, ndjson, ROOT, rstar, smallConfig } from './helpers.js';
 
 const RIGHT = 'Done.</reason>\n<answer>\\boxed{3}</answer>';
 const WRONG = 'Done.</reason>\n<answer>\\boxed{4}</answer>';
@@ -77,7 +57,7 @@ describe('the streaming RL loop (recipes/rl.sh)', () => {
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'rstar-rl-loop-'));
-    writeFileSync(join(dir, 'config.json'), JSON.stringify(CONFIG));
+    writeFileSync(join(dir, 'config.json'), JSON.stringify(smallConfig(4096)));
     const init = await rstar(['model-init', '--config', join(dir, 'config.json'), '--out', join(dir, 'm0')]);
     assert.equal(init.code, 0, init.stderr);
     writeFileSync(join(dir, 'problems.jsonl'), ndjson(problems(4)));

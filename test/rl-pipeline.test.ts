@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { pairedBootstrap } from '../src/eval/bootstrap.js';
-import { lines, ndjson, rstar } from './helpers.js';
+import { lines, ndjson, rstar, smallConfig } from './helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rstar-rl-pipeline-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -79,24 +79,7 @@ describe('train-step in the loop: refusals', () => {
     const cfg = join(dir, 'config.json');
     writeFileSync(
       cfg,
-      JSON.stringify({
-        architectures: ['Qwen3ForCausalLM'],
-        model_type: 'qwen3',
-        vocab_size: 16,
-        hidden_size: 16,
-        intermediate_size: 32,
-        num_hidden_layers: 1,
-        num_attention_heads: 2,
-        num_key_value_heads: 1,
-        head_dim: 8,
-        max_position_embeddings: 64,
-        rope_theta: 10000,
-        rms_norm_eps: 1e-6,
-        tie_word_embeddings: true,
-        bos_token_id: 0,
-        eos_token_id: 2,
-        torch_dtype: 'float32',
-      }),
+      JSON.stringify({ ...smallConfig(16), hidden_size: 16, intermediate_size: 32, num_hidden_layers: 1 }),
     );
     model = join(dir, 'm0');
     const r = await rstar(['model-init', '--config', cfg, '--out', model]);

@@ -4,7 +4,7 @@
  * so memory holds only the groups still open; without one, every group waits for the end of input.
  */
 import { DataError } from '../errors.js';
-import { openInput, readLines, type SourceLine } from '../ndjson/index.js';
+import { type NdjsonWriter, openInput, readLines, type SourceLine } from '../ndjson/index.js';
 import { type ParsedRecord, type ParseTask, type PoolOptions, parseTrajectories } from './parse-pool.js';
 
 export interface Member<T> {
@@ -105,6 +105,12 @@ export interface BatchEnd {
 }
 
 export const isBatchEnd = <T>(item: Group<T> | BatchEnd): item is BatchEnd => 'endBatch' in item;
+
+/** Writes a batch end on once its step's groups are all out; false when the reader has gone. */
+export async function passBatchEnd(out: NdjsonWriter, end: BatchEnd): Promise<boolean> {
+  await out.writeRaw(end.endBatch);
+  return !out.closed;
+}
 
 const END_BATCH = /^\s*\{.*"end_batch"\s*:\s*true/;
 

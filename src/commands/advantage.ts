@@ -6,6 +6,7 @@ import {
   errorShareGate,
   type InfraCounts,
   isBatchEnd,
+  passBatchEnd,
   readTrajectoryGroups,
   scoredMembers,
 } from '../algo/group.js';
@@ -85,8 +86,7 @@ export async function run(argv: string[]): Promise<void> {
   for await (const group of input.groups) {
     gate();
     if (isBatchEnd(group)) {
-      await out.writeRaw(group.endBatch); // the step's groups are all out: pass the batch end on
-      if (out.closed) return;
+      if (!(await passBatchEnd(out, group))) return;
       continue;
     }
     stats.groups_in += 1;
