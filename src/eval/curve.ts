@@ -29,14 +29,22 @@ export async function readCurve(file: string): Promise<CurvePoint[]> {
 
 /** Training reward and held-out avg@n against the RL step, one line each. */
 export function curveSpec(points: readonly CurvePoint[], title = 'RL learning curve'): TopLevelSpec {
+  // A step's reward is 16 problems' worth: noisy. The trailing 10-step mean shows the trend.
+  const rewards = points.filter((p) => p.train_reward !== undefined).sort((a, b) => a.step - b.step);
+  const smooth = rewards.map((p, i) => {
+    const window = rewards.slice(Math.max(0, i - 9), i + 1);
+    const mean = window.reduce((s, q) => s + (q.train_reward ?? 0), 0) / window.length;
+    return { step: p.step, series: 'training reward (10-step mean)', value: mean };
+  });
   const values = points.flatMap((p) => [
     ...(p.train_reward !== undefined
-      ? [{ step: p.step, series: 'training reward (mean)', value: p.train_reward }]
+      ? [{ step: p.step, series: 'training reward (step mean)', value: p.train_reward }]
       : []),
     ...(p['heldout_avg@n'] !== undefined
       ? [{ step: p.step, series: 'held-out avg@n', value: p['heldout_avg@n'] }]
       : []),
   ]);
+  values.push(...smooth);
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     title,
