@@ -357,7 +357,7 @@ describe('engine-serve: agreement with the trainer', () => {
 
 describe('engine-serve: KV budget and weight reload', () => {
   test('concurrent requests never exceed --max-total-tokens; those that do not fit wait', async () => {
-    const budget = 80;
+    const budget = 140;
     const engine = await startEngine({ model: m0, maxTotalTokens: budget });
     try {
       let done = false;
@@ -374,18 +374,19 @@ describe('engine-serve: KV budget and weight reload', () => {
           await new Promise((r) => setTimeout(r, 5));
         }
       })();
-      // each needs 6 + 24 = 30 KV tokens: at most 2 of the 8 fit at once
+      // each needs 6 + 64 = 70 KV tokens: at most 2 of the 8 fit at once (long enough generations
+      // that the waiting is seen by a 5 ms poll even on a fast machine)
       const results = await Promise.all(
         Array.from({ length: 8 }, (_, i) =>
           post<Generated>(`${engine.url}/generate`, {
             input_ids: [1, 2, 3, 4, 5, 6 + i],
-            sampling_params: { max_new_tokens: 24, temperature: 0, ignore_eos: true },
+            sampling_params: { max_new_tokens: 64, temperature: 0, ignore_eos: true },
           }),
         ),
       );
       done = true;
       await poll;
-      for (const r of results) assert.equal(r.json.output_ids.length, 24);
+      for (const r of results) assert.equal(r.json.output_ids.length, 64);
       assert.ok(maxUsed <= budget, `used ${maxUsed} > ${budget}`);
       assert.ok(maxUsed > 0);
       assert.ok(sawQueue, 'some requests waited for KV space');
