@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { groupAdvantages, groupStats } from '../src/algo/advantage.js';
-import { lines, ndjson, rstar } from './helpers.js';
+import { lines, ndjson, rstar, trajectory } from './helpers.js';
 
 const close = (got: number[], want: number[], tol = 1e-6) => {
   assert.equal(got.length, want.length);
@@ -85,28 +85,8 @@ print(json.dumps(out))
   });
 });
 
-function traj(problem: string, sample: number, reward: number, extra = {}) {
-  return {
-    v: 1,
-    id: `${problem}/${sample}`,
-    problem_id: problem,
-    sample,
-    policy: 'test',
-    prompt_ids: [1],
-    response_ids: [2, 3],
-    loss_mask: [1, 1],
-    logprobs: [-1, -2],
-    text: 'x',
-    turns: 1,
-    tool_calls: 0,
-    tool_errors: 0,
-    answer_tags: 1,
-    finish: 'stop',
-    answer: '1',
-    reward,
-    ...extra,
-  };
-}
+const traj = (problem: string, sample: number, reward: number, extra = {}) =>
+  trajectory(problem, sample, reward, extra);
 
 type Rec = Record<string, unknown>;
 

@@ -16,27 +16,11 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { execa } from 'execa';
 import { type Engine, startEngine } from '../src/backend/engine.js';
 import { BACKEND_DIR, findPython } from '../src/backend/python.js';
-import { BIN, ROOT, rstar } from './helpers.js';
+import { BIN, ROOT, rstar, smallConfig } from './helpers.js';
 
 const TINY_TOKENIZER = join(ROOT, 'fixtures', 'tiny', 'tokenizer.json');
 /** vocab 4096 so the tiny tokenizer (when present) covers every id; still only ~0.2M parameters. */
-const CONFIG = {
-  architectures: ['Qwen3ForCausalLM'],
-  model_type: 'qwen3',
-  vocab_size: 4096,
-  hidden_size: 32,
-  intermediate_size: 64,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 8,
-  max_position_embeddings: 1024,
-  rope_theta: 10000,
-  tie_word_embeddings: true,
-  bos_token_id: 0,
-  eos_token_id: 2,
-  torch_dtype: 'float32',
-};
+const CONFIG = { ...smallConfig(4096), max_position_embeddings: 1024 };
 
 interface MetaInfo {
   id: string;

@@ -65,3 +65,32 @@ export function smallConfig(vocab = 96): Record<string, unknown> {
     torch_dtype: 'float32',
   };
 }
+
+/** A valid Trajectory record of `problem`'s sample `sample`; `extra` overrides or adds fields. */
+export function trajectory(
+  problem: string,
+  sample: number,
+  reward: number,
+  extra: Record<string, unknown> = {},
+) {
+  return {
+    v: 1,
+    id: `${problem}/${sample}`,
+    problem_id: problem,
+    sample,
+    policy: 'test',
+    prompt_ids: [1],
+    response_ids: [2, 3],
+    loss_mask: [1, 1],
+    logprobs: [-1, -2],
+    text: 'x',
+    turns: 1,
+    tool_calls: 0,
+    tool_errors: 0,
+    answer_tags: 1,
+    finish: 'stop',
+    answer: '1',
+    reward,
+    ...extra,
+  };
+}

@@ -9,33 +9,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { pairedBootstrap } from '../src/eval/bootstrap.js';
-import { lines, ndjson, rstar, smallConfig } from './helpers.js';
+import { lines, ndjson, rstar, smallConfig, trajectory } from './helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rstar-rl-pipeline-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-function traj(problem: string, sample: number, reward: number, extra: Record<string, unknown> = {}) {
-  return {
-    v: 1,
-    id: `${problem}/${sample}`,
-    problem_id: problem,
-    sample,
-    policy: 'test',
-    prompt_ids: [1, 2],
-    response_ids: [3, 4],
-    loss_mask: [1, 1],
-    logprobs: [-0.5, -0.7],
-    text: '<answer>1</answer>',
-    turns: 1,
-    tool_calls: 0,
-    tool_errors: 0,
-    answer_tags: 1,
-    finish: 'stop',
-    answer: '1',
-    reward,
-    ...extra,
-  };
-}
+const traj = trajectory;
 const group = (problem: string, rewards: number[], extra: Record<string, unknown> = {}) =>
   rewards.map((r, s) => traj(problem, s, r, extra));
 const end = (step: number) => ({ v: 1, end_batch: true, step, stats: { problems: 1 } });

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { BIN, lines, ndjson, ROOT, rstar } from './helpers.js';
+import { BIN, lines, ndjson, ROOT, rstar, trajectory } from './helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rstar-roc-cli-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -13,28 +13,15 @@ const TURN = (body: string) => `<|im_start|>assistant${body}<|im_end|>`;
 const CLEAN = `${TURN('a')}<tool_response>ok</tool_response><answer>1</answer>`;
 const NOISY = `${TURN('a')}<tool_response>Error!</tool_response><answer>1</answer><answer>1</answer>`;
 
-function traj(problem: string, sample: number, reward: number, text = CLEAN, extra = {}) {
-  return {
-    v: 1,
-    id: `${problem}/${sample}`,
-    problem_id: problem,
-    sample,
-    policy: 'test',
+const traj = (problem: string, sample: number, reward: number, text = CLEAN, extra = {}) =>
+  trajectory(problem, sample, reward, {
     prompt_ids: [1, 2],
     response_ids: [3, 4],
     loss_mask: [1, 0],
     logprobs: [-0.5, 0],
     text,
-    turns: 1,
-    tool_calls: 1,
-    tool_errors: 0,
-    answer_tags: 1,
-    finish: 'stop',
-    answer: '1',
-    reward,
     ...extra,
-  };
-}
+  });
 
 /** n rollouts of `problem`: the first `pos` correct, every other correct one noisy. */
 function groupOf(problem: string, n: number, pos: number) {
