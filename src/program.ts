@@ -1,4 +1,4 @@
-import { Command, type CommanderError, InvalidArgumentError } from 'commander';
+import { Command, type CommanderError, InvalidArgumentError, Option } from 'commander';
 import { UsageError } from './errors.js';
 
 /** A commander program for one `rstar` command: usage errors become exit 2, help exits 0. */
@@ -44,6 +44,20 @@ export function number(min = -Infinity, max = Infinity): (value: string) => numb
     }
     return n;
   };
+}
+
+/**
+ * An enum flag: the one way every command declares one, so the usage error (exit 2) reads the same
+ * everywhere ("Allowed choices are a, b.") and `--help` lists the values.
+ */
+export function choice<const T extends readonly string[]>(
+  flags: string,
+  description: string,
+  values: T,
+  fallback?: T[number],
+): Option {
+  const option = new Option(flags, description).choices(values);
+  return fallback === undefined ? option : option.default(fallback);
 }
 
 /** For repeatable flags such as `--engine URL --engine URL`. */
