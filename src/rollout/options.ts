@@ -86,7 +86,7 @@ export function sharedRolloutOptions(samples: number): Option[] {
   return [
     new Option('--engine <url>', 'inference engine URL (repeatable; engine-serve, SGLang or vLLM)')
       .argParser(collect)
-      .default([]),
+      .default([], 'none'),
     choice('--engine-kind <kind>', 'engine API (engine-serve speaks sglang)', ENGINE_KINDS, D.engineKind),
     new Option('--sandbox <url>', 'sandbox-serve URL; none: start an embedded one'),
     new Option('--sandbox-token <token>', 'bearer token of --sandbox (env RSTAR_SANDBOX_TOKEN)'),
