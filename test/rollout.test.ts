@@ -294,5 +294,6 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
     assert.match(r.stderr, /--tokenizer/);
     const s = await rstar(['rollout', '--schedule', 'magic']);
     assert.equal(s.code, 2);
+    assert.match(s.stderr, /Allowed choices are kv, least-requests, round-robin, static/);
   });
 });

@@ -1,46 +1,29 @@
 import { createWriteStream } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { InvalidArgumentError } from 'commander';
 import { UsageError } from '../errors.js';
 import { readPerProblem } from '../eval/bootstrap.js';
 import { plotCurve } from '../eval/curve.js';
 import type { Benchmark, ProblemsFormat } from '../eval/problems.js';
-import { benchmarkName, checkDistinct, loadBenchmark } from '../eval/problems.js';
+import { benchmarkName, checkDistinct, loadBenchmark, PROBLEMS_FORMATS } from '../eval/problems.js';
 import { compareReports, type PairedProblems, readReport } from '../eval/report.js';
 import { openRoller, type Roller } from '../eval/rollout.js';
 import { type BenchmarkResult, evaluateBenchmark, type Sourced, slug, writeReport } from '../eval/run.js';
-import { type Compat, loadVerifier, type Verifier } from '../eval/verifier.js';
+import { loadVerifier, type Verifier } from '../eval/verifier.js';
 import { NdjsonWriter, openInput, readRecords } from '../ndjson/index.js';
-import { collect, integer, interactive, number, parse, program } from '../program.js';
+import { choice, collect, integer, interactive, parse, program } from '../program.js';
 import { Trajectory } from '../records/trajectory.js';
-import type { Policy } from '../rollout/index.js';
+// The flags alone: parsing them does not load the rollout package (tokenizers, engine clients).
+import { EVAL_SAMPLES, type SharedRolloutFlags, sharedRolloutOptions } from '../rollout/options.js';
 
-interface Options {
+interface Options extends SharedRolloutFlags {
   problems?: string[];
   problemsFormat: ProblemsFormat;
   shuffleSeed: number;
-  n: number;
-  engine?: string[];
-  engineKind: 'sglang' | 'vllm';
-  chatTemplate?: string;
-  sandbox?: string;
-  sandboxToken?: string;
-  rewardTruncated?: boolean;
-  maxInvalidCalls: number;
-  maxErrorShare: number;
-  tokenizer?: string;
-  maxTokens?: number;
-  maxTurns?: number;
-  temperature?: number;
-  topP?: number;
-  seed?: number;
-  schedule?: Policy;
   out?: string;
   limit?: number;
   fromTrajectories?: string[];
   reverify?: boolean;
-  compat: Compat;
   compare?: string[];
   curve?: string;
 }
@@ -48,30 +31,6 @@ interface Options {
 const log = (message: string) => {
   if (interactive()) process.stderr.write(`${message}\n`);
 };
-
-function format(value: string): ProblemsFormat {
-  if (value !== 'problems' && value !== 'gpqa') throw new InvalidArgumentError('expected problems or gpqa');
-  return value;
-}
-
-function engineKind(value: string): 'sglang' | 'vllm' {
-  if (value !== 'sglang' && value !== 'vllm') throw new InvalidArgumentError('expected sglang or vllm');
-  return value;
-}
-
-// Listed here rather than imported, so parsing flags does not load the rollout module.
-const SCHEDULES: readonly Policy[] = ['kv', 'least-requests', 'round-robin', 'static'];
-
-function schedule(value: string): Policy {
-  const found = SCHEDULES.find((p) => p === value);
-  if (found === undefined) throw new InvalidArgumentError(`expected one of ${SCHEDULES.join(', ')}`);
-  return found;
-}
-
-function compatMode(value: string): Compat {
-  if (value !== 'strict' && value !== 'rstar') throw new InvalidArgumentError('expected strict or rstar');
-  return value;
-}
 
 async function* fromFile(file: string): AsyncGenerator<Sourced> {
   const { stream, source } = openInput(file);
@@ -89,39 +48,18 @@ function saver(file: string) {
 export async function run(argv: string[]): Promise<void> {
   const cmd = program('eval', 'benchmarks: avg@n, unbiased pass@k, maj@n, reports and plots')
     .option('--problems <file>', 'benchmark problems (repeatable; one benchmark per file)', collect)
-    .option(
-      '--problems-format <format>',
-      'problems (NDJSON Problem records) or gpqa (GPQA CSV)',
-      format,
-      'problems',
+    .addOption(
+      choice(
+        '--problems-format <format>',
+        'problems (NDJSON Problem records) or gpqa (GPQA CSV)',
+        PROBLEMS_FORMATS,
+        'problems',
+      ),
     )
-    .option('--shuffle-seed <n>', 'seed of the GPQA option shuffle', integer(0), 0)
-    .option('--n <n>', 'samples per problem', integer(1), 16)
-    .option('--engine <url>', 'inference engine (repeatable)', collect)
-    .option('--engine-kind <kind>', 'sglang (also engine-serve) or vllm', engineKind, 'sglang')
-    .option('--sandbox <url>', 'sandbox-serve URL for tool calls (default: start an embedded one)')
-    .option('--sandbox-token <token>', 'bearer token of --sandbox (env RSTAR_SANDBOX_TOKEN)')
-    .option(
-      '--max-invalid-calls <n>',
-      'end a trajectory after N consecutive malformed or failing tool calls; 0: no cap',
-      integer(0),
-      0,
-    )
-    .option('--reward-truncated', 'score length / tool_overflow trajectories (the release); default reward 0')
-    .option(
-      '--max-error-share <x>',
-      'fail when more than this share of trajectories failed for infrastructure reasons',
-      number(0, 1),
-      0.1,
-    )
-    .option('--tokenizer <dir>', 'tokenizer folder (tokenizer.json, tokenizer_config.json) or qwen3')
-    .option('--chat-template <t>', 'rstar2 (default), model, or a Jinja file')
-    .option('--max-tokens <n>', 'response token budget', integer(1))
-    .option('--max-turns <n>', 'assistant turns', integer(1))
-    .option('--temperature <t>', 'sampling temperature', number(0))
-    .option('--top-p <p>', 'nucleus sampling', number(0, 1))
-    .option('--seed <n>', 'sampling seed', integer(0))
-    .option('--schedule <policy>', 'rollout scheduling: kv, least-requests, round-robin or static', schedule)
+    .option('--shuffle-seed <n>', 'seed of the GPQA option shuffle', integer(0), 0);
+  // Rolling out, eval takes rollout's flags, with its defaults (but --n 16).
+  for (const option of sharedRolloutOptions(EVAL_SAMPLES)) cmd.addOption(option);
+  cmd
     .option('--out <dir>', 'write trajectories, report.json, report.md and plots here')
     .option('--limit <n>', 'only the first N problems of each benchmark', integer(1))
     .option(
@@ -130,12 +68,6 @@ export async function run(argv: string[]): Promise<void> {
       collect,
     )
     .option('--reverify', 're-score trajectories with src/reward instead of trusting their reward')
-    .option(
-      '--compat <mode>',
-      'answer checking: strict, or rstar (rStar2-Agent-compatible lenient)',
-      compatMode,
-      'strict',
-    )
     .option('--compare <reports...>', 'print B - A of two report.json files as a markdown table')
     .option(
       '--curve <file>',
@@ -191,7 +123,7 @@ export async function run(argv: string[]): Promise<void> {
     benchmarks.push(bench);
   }
   const rollingOut = trajectoryFiles.length === 0;
-  if (rollingOut && (opts.engine ?? []).length === 0) throw new UsageError('rolling out needs --engine URL');
+  if (rollingOut && opts.engine.length === 0) throw new UsageError('rolling out needs --engine URL');
   if (rollingOut && opts.tokenizer === undefined) throw new UsageError('rolling out needs --tokenizer DIR');
   if (!rollingOut && opts.limit !== undefined)
     throw new UsageError('--limit applies to rollouts, not --from-trajectories');
@@ -202,25 +134,7 @@ export async function run(argv: string[]): Promise<void> {
   if (opts.out) await mkdir(opts.out, { recursive: true });
 
   const roller: Roller | undefined = rollingOut
-    ? await openRoller({
-        n: opts.n,
-        engines: opts.engine ?? [],
-        engineKind: opts.engineKind,
-        sandbox: opts.sandbox,
-        sandboxToken: opts.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN,
-        rewardTruncated: opts.rewardTruncated === true,
-        maxInvalidCalls: opts.maxInvalidCalls,
-        maxErrorShare: opts.maxErrorShare,
-        tokenizer: opts.tokenizer as string,
-        chatTemplate: opts.chatTemplate,
-        maxTokens: opts.maxTokens,
-        maxTurns: opts.maxTurns,
-        temperature: opts.temperature,
-        topP: opts.topP,
-        seed: opts.seed,
-        schedule: opts.schedule,
-        compat: opts.compat,
-      })
+    ? await openRoller({ ...opts, tokenizer: opts.tokenizer as string })
     : undefined;
   try {
     await evaluateAll(opts, names, benchmarks, trajectoryFiles, verifier, roller);

@@ -1,58 +1,39 @@
 import { appendFile, mkdir, rename, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { Option } from 'commander';
 import { startEngine } from '../backend/engine.js';
 import { UsageError } from '../errors.js';
 import { NdjsonWriter, openInput, openOutput, readAll, readRecords } from '../ndjson/index.js';
-import { collect, integer, interactive, number, parse, program } from '../program.js';
+import { integer, interactive, number, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
 import {
   type EngineClient,
-  type EngineKind,
   engineClient,
   loadProtocol,
-  POLICIES,
-  type Policy,
   type RolloutOptions,
-  type RolloutProgress,
   rollout,
 } from '../rollout/index.js';
+import {
+  progressOnStderr,
+  ROLLOUT_DEFAULTS,
+  type RunnerFlags,
+  runnerOptions,
+  type SharedRolloutFlags,
+  sharedRolloutOptions,
+  sharedSettings,
+} from '../rollout/options.js';
 import { finishedIds } from '../rollout/resume.js';
 import { lengthsByProblem } from '../rollout/scheduler-prior.js';
 import { rolloutSteps } from '../rollout/steps.js';
 import { startSandbox } from '../sandbox/embedded.js';
 
-interface Flags {
+interface Flags extends SharedRolloutFlags, RunnerFlags {
   problems?: string;
-  engine: string[];
-  engineKind: EngineKind;
-  sandbox?: string;
-  sandboxToken?: string;
-  rewardTruncated?: boolean;
-  maxInvalidCalls: number;
-  maxErrorShare: number;
-  tokenizer?: string;
-  chatTemplate: string;
-  tools?: string;
-  n: number;
-  maxTurns: number;
-  maxTokens: number;
-  temperature: number;
-  topP: number;
-  seed?: number;
-  maxParallelCalls: number;
-  toolResponseMaxChars: number;
-  schedule: Policy;
   out?: string;
   reload?: string;
   weightVersion?: string;
   model?: string;
   kvTokens?: number;
-  concurrency: number;
-  scrapeMs: number;
-  timeout: number;
-  compat: 'strict' | 'rstar';
   prior?: string;
   steps?: number;
   batch?: number;
@@ -70,12 +51,6 @@ async function priorLengths(file: string): Promise<Map<string, number>> {
   for await (const { record } of readRecords(stream, source, Trajectory))
     seen.push({ problem_id: record.problem_id, response_ids: { length: record.response_ids.length } });
   return lengthsByProblem(seen);
-}
-
-function progressLine(p: RolloutProgress): string {
-  const s = p.elapsedMs / 1000 || 1;
-  const load = p.engines.map((e, i) => `e${i}:${e.alive ? `${e.inflight}` : 'down'}`).join(' ');
-  return `\r${p.done}/${p.total} trajectories  ${(p.tokens / s).toFixed(0)} tok/s  ${(p.toolCalls / s).toFixed(1)} calls/s  ${load}\x1b[K`;
 }
 
 /**
@@ -126,50 +101,10 @@ export async function run(argv: string[]): Promise<void> {
   const cmd = program(
     'rollout',
     'multi-turn agent rollouts over SGLang/vLLM/engine-serve with the KV-cache-aware scheduler',
-  )
-    .option('--problems <file>', 'problems (NDJSON); stdin when - ')
-    .option(
-      '--engine <url>',
-      'inference engine (repeatable); none: start engine-serve with --model',
-      collect,
-      [],
-    )
-    .addOption(new Option('--engine-kind <kind>', 'engine API').choices(['sglang', 'vllm']).default('sglang'))
-    .option('--sandbox <url>', 'sandbox-serve URL; none: start an embedded one')
-    .option('--sandbox-token <token>', 'bearer token of --sandbox (env RSTAR_SANDBOX_TOKEN)')
-    .option('--tokenizer <dir>', 'Hugging Face tokenizer folder, or qwen3')
-    .option('--chat-template <t>', 'rstar2 | model | FILE', 'rstar2')
-    .option('--tools <file>', 'tool schemas JSON (default: python_code_with_standard_io)')
-    .option('--n <n>', 'samples per problem', integer(1), 1)
-    .option('--max-turns <n>', 'assistant turns per trajectory', integer(1), 5)
-    .option('--max-tokens <n>', 'response token budget (model + tool tokens)', integer(1), 8192)
-    .option('--temperature <t>', 'sampling temperature', number(0), 1)
-    .option('--top-p <p>', 'nucleus sampling', number(0, 1), 1)
-    .option('--seed <s>', 'base seed for per-request seeds', integer(0))
-    .option('--max-parallel-calls <n>', 'tool calls executed per turn', integer(1), 1)
-    .option(
-      '--tool-response-max-chars <n>',
-      'tool response characters kept (middle-truncated)',
-      integer(1),
-      256,
-    )
-    .option(
-      '--max-invalid-calls <n>',
-      'end a trajectory (finish invalid_calls) after N consecutive malformed or failing tool calls; 0: no cap',
-      integer(0),
-      0,
-    )
-    .option(
-      '--reward-truncated',
-      'score length / tool_overflow trajectories like any other (the release); default reward 0',
-    )
-    .option(
-      '--max-error-share <x>',
-      'stop with an error once more than this share of trajectories failed for infrastructure reasons',
-      number(0, 1),
-      0.1,
-    )
-    .addOption(new Option('--schedule <policy>', 'engine choice').choices([...POLICIES]).default('kv'))
+  ).option('--problems <file>', 'problems (NDJSON); stdin when - ');
+  for (const option of [...sharedRolloutOptions(ROLLOUT_DEFAULTS.n), ...runnerOptions()])
+    cmd.addOption(option);
+  cmd
     .option(
       '--prior <file>',
       'earlier trajectories (NDJSON, e.g. the last epoch): kv starts the problems they show longest first',
@@ -179,10 +114,6 @@ export async function run(argv: string[]): Promise<void> {
     .option('--weight-version <label>', '--reload: label the loaded weights (the RL step they come from)')
     .option('--model <dir>', 'checkpoint for the embedded engine when no --engine is given')
     .option('--kv-tokens <n>', 'KV budget of the embedded engine', integer(1))
-    .option('--concurrency <n>', 'trajectories in flight', integer(1), 1024)
-    .option('--scrape-ms <ms>', 'KV capacity scrape interval (0: only at start)', integer(0), 1000)
-    .option('--timeout <s>', 'per-request engine timeout in seconds', number(1), 600)
-    .addOption(new Option('--compat <mode>', 'answer grading').choices(['strict', 'rstar']).default('strict'))
     .option(
       '--steps <s>',
       'RL loop: S steps of --batch problems each, each closed by an end_batch line',
@@ -265,26 +196,15 @@ export async function run(argv: string[]): Promise<void> {
       sandboxUrl = sb.url;
     }
     const options: RolloutOptions = {
+      ...sharedSettings(f),
       engines,
       sandbox: sandboxUrl,
-      sandboxToken: f.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN,
-      rewardTruncated: f.rewardTruncated === true,
-      maxInvalidCalls: f.maxInvalidCalls,
-      maxErrorShare: f.maxErrorShare,
       protocol,
-      n: f.n,
-      maxTurns: f.maxTurns,
-      maxTokens: f.maxTokens,
-      temperature: f.temperature,
-      topP: f.topP,
-      seed: f.seed,
       maxParallelCalls: f.maxParallelCalls,
       toolResponseMaxChars: f.toolResponseMaxChars,
-      schedule: f.schedule,
       concurrency: f.concurrency,
       scrapeMs: f.scrapeMs,
-      compat: f.compat,
-      onProgress: interactive() ? (p) => process.stderr.write(progressLine(p)) : undefined,
+      onProgress: progressOnStderr(),
     };
     if (f.steps !== undefined) {
       await runSteps(problems, options, f);

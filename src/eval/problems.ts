@@ -5,7 +5,8 @@ import { readAll } from '../ndjson/index.js';
 import { Problem } from '../records/problem.js';
 import { gpqaProblems } from './gpqa.js';
 
-export type ProblemsFormat = 'problems' | 'gpqa';
+export const PROBLEMS_FORMATS = ['problems', 'gpqa'] as const;
+export type ProblemsFormat = (typeof PROBLEMS_FORMATS)[number];
 
 export interface Benchmark {
   /** Short name used in file names and report rows: the file's base name without extension. */

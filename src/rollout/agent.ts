@@ -1,6 +1,7 @@
 import type { SubmissionResult } from '../records/sandbox.js';
 import type { Finish, TrajectoryError } from '../records/trajectory.js';
-import { DEFAULT_TOOL_RESPONSE_CHARS, formatToolResponse } from '../sandbox/tool-response.js';
+import { formatToolResponse } from '../sandbox/tool-response.js';
+import { ROLLOUT_DEFAULTS } from './options.js';
 import { type ProtocolContext, promptIds, toolTurnIds } from './protocol.js';
 import { type CodeCall, parseToolCalls, resolveToolCall } from './tool-parser.js';
 
@@ -94,10 +95,10 @@ export async function runAgent(
   io: AgentIO,
   options: AgentOptions = {},
 ): Promise<AgentResult> {
-  const maxTurns = options.maxTurns ?? 5;
-  const maxTokens = options.maxTokens ?? 8192;
-  const maxParallel = options.maxParallelCalls ?? 1;
-  const maxChars = options.toolResponseMaxChars ?? DEFAULT_TOOL_RESPONSE_CHARS;
+  const maxTurns = options.maxTurns ?? ROLLOUT_DEFAULTS.maxTurns;
+  const maxTokens = options.maxTokens ?? ROLLOUT_DEFAULTS.maxTokens;
+  const maxParallel = options.maxParallelCalls ?? ROLLOUT_DEFAULTS.maxParallelCalls;
+  const maxChars = options.toolResponseMaxChars ?? ROLLOUT_DEFAULTS.toolResponseMaxChars;
   // A problem's samples may share one prompt array: this trajectory copies it into a context of
   // its own only when its first turn returns, so a batch waiting for admission holds no copies.
   const prompt_ids: readonly number[] = options.promptIds ?? promptIds(prompt, ctx);
@@ -113,7 +114,7 @@ export async function runAgent(
   let invalidRun = 0;
   let finish: Finish;
   let error: TrajectoryError | undefined;
-  const maxInvalid = options.maxInvalidCalls ?? 0;
+  const maxInvalid = options.maxInvalidCalls ?? ROLLOUT_DEFAULTS.maxInvalidCalls;
   const failed = (e: unknown): e is ServiceFailure => {
     if (!(e instanceof ServiceFailure)) return false;
     error = { kind: e.service, message: e.message };

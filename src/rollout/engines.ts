@@ -1,4 +1,5 @@
 import type { Generation } from './agent.js';
+import { ROLLOUT_DEFAULTS } from './options.js';
 
 export type EngineKind = 'sglang' | 'vllm';
 
@@ -46,7 +47,7 @@ export class EngineError extends Error {
 }
 
 export interface EngineClientOptions {
-  /** Per-request timeout for /generate (default 10 min: a long generation is legitimate). */
+  /** Per-request timeout for /generate (default `ROLLOUT_DEFAULTS.timeoutSeconds`, 10 min: a long generation is legitimate). */
   timeoutMs?: number;
   /** Timeout for metrics and info requests (default 5 s). */
   probeTimeoutMs?: number;
@@ -122,7 +123,7 @@ export class SglangClient implements EngineClient {
 
   constructor(url: string, options: EngineClientOptions = {}) {
     this.url = url.replace(/\/+$/, '');
-    this.#timeoutMs = options.timeoutMs ?? 600_000;
+    this.#timeoutMs = options.timeoutMs ?? ROLLOUT_DEFAULTS.timeoutSeconds * 1000;
     this.#probeMs = options.probeTimeoutMs ?? 5_000;
   }
 
@@ -214,7 +215,7 @@ export class VllmClient implements EngineClient {
 
   constructor(url: string, options: EngineClientOptions = {}) {
     this.url = url.replace(/\/+$/, '');
-    this.#timeoutMs = options.timeoutMs ?? 600_000;
+    this.#timeoutMs = options.timeoutMs ?? ROLLOUT_DEFAULTS.timeoutSeconds * 1000;
     this.#probeMs = options.probeTimeoutMs ?? 5_000;
   }
 

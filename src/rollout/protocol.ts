@@ -5,6 +5,7 @@ import {
   loadToolSchemas,
   type ToolSchema,
 } from './chat-template.js';
+import { ROLLOUT_DEFAULTS } from './options.js';
 import { loadTokenizer, type TextTokenizer } from './tokenizer.js';
 
 export type { ToolCall } from './tool-parser.js';
@@ -58,7 +59,7 @@ export interface LoadProtocolOptions {
 /** Loads tokenizer folder (or `qwen3`), chat template and tool schemas into one context. */
 export async function loadProtocol(
   tokenizer: string | TextTokenizer,
-  { chatTemplate = 'rstar2', toolsFile }: LoadProtocolOptions = {},
+  { chatTemplate = ROLLOUT_DEFAULTS.chatTemplate, toolsFile }: LoadProtocolOptions = {},
 ): Promise<ProtocolContext> {
   const tk = typeof tokenizer === 'string' ? await loadTokenizer(tokenizer) : tokenizer;
   const template = await loadChatTemplate(chatTemplate, tk);

@@ -1,0 +1,61 @@
+import type { Trajectory } from '../records/trajectory.js';
+import { type SandboxClient, SandboxError } from '../sandbox/client.js';
+import type { Job, Turn } from './admission.js';
+import { AgentAbort, type AgentIO, type AgentOptions, runAgent, ServiceFailure } from './agent.js';
+import { type ProtocolContext, promptIds } from './protocol.js';
+import { type ScoreOptions, scoreTrajectory, trajectoryRecord } from './record.js';
+import type { Scheduler } from './scheduler.js';
+import { generateTurn, type TurnContext } from './turns.js';
+
+/** What running one trajectory needs of the run, beyond generating its turns. */
+export interface JobContext extends TurnContext {
+  core: Scheduler<Turn>;
+  protocol: ProtocolContext;
+  sandbox: SandboxClient;
+  /** The records' `policy` field. */
+  policy: string;
+  agent: Omit<AgentOptions, 'promptIds'>;
+  score: ScoreOptions;
+  clock: () => number;
+  /** Every sample of a problem starts from the same prompt: rendered and tokenized once. */
+  promptCache: Map<string, number[]>;
+}
+
+/** The sandbox as the agent loop's tool runner: service failures end the trajectory, a refused token the run. */
+async function runTools(sandbox: SandboxClient, calls: Parameters<AgentIO['runTools']>[0]) {
+  try {
+    return await sandbox.runBatch(calls.map((c) => ({ type: 'python', solution: c.code, input: c.input })));
+  } catch (error) {
+    if (!(error instanceof SandboxError)) throw error;
+    // A refused token is the run's configuration: stop it, never show it to the model.
+    if (error.kind === 'auth') throw new AgentAbort(error.message);
+    throw new ServiceFailure('sandbox', error.message);
+  }
+}
+
+/** Runs one job through the agent loop, its turns through the scheduler, and returns its scored record. */
+export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
+  const timing = { queuedMs: 0, generateMs: 0 };
+  const io: AgentIO = {
+    async generate(context, maxNew, turn) {
+      const t0 = run.clock();
+      const { gen, assignment } = await generateTurn(run, job, context, maxNew, turn);
+      timing.queuedMs += assignment.dispatchedAt - t0;
+      timing.generateMs += run.clock() - assignment.dispatchedAt;
+      run.meter.generated(gen.ids.length);
+      return gen;
+    },
+    runTools(calls) {
+      run.meter.calledTools(calls.length);
+      return runTools(run.sandbox, calls);
+    },
+  };
+  let ids = run.promptCache.get(job.problem.id);
+  if (ids === undefined) {
+    ids = promptIds(job.problem, run.protocol);
+    run.promptCache.set(job.problem.id, ids);
+  }
+  const r = await runAgent(job.problem.prompt, run.protocol, io, { ...run.agent, promptIds: ids });
+  run.core.forget(job.id);
+  return trajectoryRecord(job, run.policy, r, scoreTrajectory(job.problem, r, run.score), timing);
+}

@@ -1,0 +1,180 @@
+/**
+ * The rollout options, owned here: their defaults (which the library applies too), their flags
+ * (declared once; `rstar rollout` and `rstar eval` both add them from here), the parsed flags'
+ * types and their mapping onto `RolloutOptions`, and the progress line both commands draw.
+ */
+import { Option } from 'commander';
+import { choice, collect, integer, interactive, number } from '../program.js';
+import type { Compat } from '../reward/index.js';
+import { DEFAULT_TOOL_RESPONSE_CHARS } from '../sandbox/tool-response.js';
+import type { EngineKind } from './engines.js';
+import type { RolloutProgress } from './progress.js';
+import { POLICIES, type Policy } from './scheduler.js';
+
+export { POLICIES, type Policy };
+
+export const ENGINE_KINDS = ['sglang', 'vllm'] as const satisfies readonly EngineKind[];
+export const COMPAT_MODES = ['strict', 'rstar'] as const satisfies readonly Compat[];
+
+/** Every default of a rollout, for the flags and for `rollout()`, `runAgent` and the engine clients. */
+export const ROLLOUT_DEFAULTS = {
+  engineKind: 'sglang',
+  chatTemplate: 'rstar2',
+  /** Samples per problem of `rollout` (eval's own default is `EVAL_SAMPLES`). */
+  n: 1,
+  maxTurns: 5,
+  maxTokens: 8192,
+  temperature: 1,
+  topP: 1,
+  maxParallelCalls: 1,
+  toolResponseMaxChars: DEFAULT_TOOL_RESPONSE_CHARS,
+  maxInvalidCalls: 0,
+  maxErrorShare: 0.1,
+  schedule: 'kv',
+  concurrency: 1024,
+  scrapeMs: 1000,
+  timeoutSeconds: 600,
+  compat: 'strict',
+} as const satisfies {
+  engineKind: EngineKind;
+  schedule: Policy;
+  compat: Compat;
+  [key: string]: string | number;
+};
+
+/** avg@n over 16 samples, as the paper evaluates. */
+export const EVAL_SAMPLES = 16;
+
+/** What the shared flags parse to (commander's camel-cased names). */
+export interface SharedRolloutFlags {
+  engine: string[];
+  engineKind: EngineKind;
+  sandbox?: string;
+  sandboxToken?: string;
+  tokenizer?: string;
+  chatTemplate: string;
+  n: number;
+  maxTurns: number;
+  maxTokens: number;
+  temperature: number;
+  topP: number;
+  seed?: number;
+  maxInvalidCalls: number;
+  rewardTruncated?: boolean;
+  maxErrorShare: number;
+  schedule: Policy;
+  compat: Compat;
+}
+
+/** What the flags only `rstar rollout` takes parse to: the runner's knobs eval leaves at their defaults. */
+export interface RunnerFlags {
+  tools?: string;
+  maxParallelCalls: number;
+  toolResponseMaxChars: number;
+  concurrency: number;
+  scrapeMs: number;
+  timeout: number;
+}
+
+const D = ROLLOUT_DEFAULTS;
+
+/**
+ * The flags both commands take, as fresh Options (a commander Option belongs to one command).
+ * `samples` is the command's default `--n`.
+ */
+export function sharedRolloutOptions(samples: number): Option[] {
+  return [
+    new Option('--engine <url>', 'inference engine URL (repeatable; engine-serve, SGLang or vLLM)')
+      .argParser(collect)
+      .default([], 'none'),
+    choice('--engine-kind <kind>', 'engine API (engine-serve speaks sglang)', ENGINE_KINDS, D.engineKind),
+    new Option('--sandbox <url>', 'sandbox-serve URL; none: start an embedded one'),
+    new Option('--sandbox-token <token>', 'bearer token of --sandbox (env RSTAR_SANDBOX_TOKEN)'),
+    new Option(
+      '--tokenizer <dir>',
+      'Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json), or qwen3',
+    ),
+    new Option('--chat-template <t>', 'rstar2 | model | FILE (a Jinja template)').default(D.chatTemplate),
+    new Option('--n <n>', 'samples per problem').argParser(integer(1)).default(samples),
+    new Option('--max-turns <n>', 'assistant turns per trajectory').argParser(integer(1)).default(D.maxTurns),
+    new Option('--max-tokens <n>', 'response token budget (model + tool tokens)')
+      .argParser(integer(1))
+      .default(D.maxTokens),
+    new Option('--temperature <t>', 'sampling temperature').argParser(number(0)).default(D.temperature),
+    new Option('--top-p <p>', 'nucleus sampling').argParser(number(0, 1)).default(D.topP),
+    new Option('--seed <s>', 'base seed for per-request seeds').argParser(integer(0)),
+    new Option(
+      '--max-invalid-calls <n>',
+      'end a trajectory (finish invalid_calls) after N consecutive malformed or failing tool calls; 0: no cap',
+    )
+      .argParser(integer(0))
+      .default(D.maxInvalidCalls),
+    new Option(
+      '--reward-truncated',
+      'score length / tool_overflow trajectories like any other (the release); default reward 0',
+    ),
+    new Option(
+      '--max-error-share <x>',
+      'fail once more than this share of trajectories failed for infrastructure reasons',
+    )
+      .argParser(number(0, 1))
+      .default(D.maxErrorShare),
+    choice('--schedule <policy>', 'engine choice (scheduling policy)', POLICIES, D.schedule),
+    choice(
+      '--compat <mode>',
+      "answer grading: strict, or rstar (the release's lenient grading)",
+      COMPAT_MODES,
+      D.compat,
+    ),
+  ];
+}
+
+/** The runner's knobs only `rstar rollout` exposes. */
+export function runnerOptions(): Option[] {
+  return [
+    new Option('--tools <file>', 'tool schemas JSON (default: python_code_with_standard_io)'),
+    new Option('--max-parallel-calls <n>', 'tool calls executed per turn')
+      .argParser(integer(1))
+      .default(D.maxParallelCalls),
+    new Option('--tool-response-max-chars <n>', 'tool response characters kept (middle-truncated)')
+      .argParser(integer(1))
+      .default(D.toolResponseMaxChars),
+    new Option('--concurrency <n>', 'trajectories in flight').argParser(integer(1)).default(D.concurrency),
+    new Option('--scrape-ms <ms>', 'KV capacity scrape interval (0: only at start)')
+      .argParser(integer(0))
+      .default(D.scrapeMs),
+    new Option('--timeout <s>', 'per-request engine timeout in seconds')
+      .argParser(number(1))
+      .default(D.timeoutSeconds),
+  ];
+}
+
+/** The `RolloutOptions` fields the shared flags set; engines, sandbox and protocol are opened by the caller. */
+export function sharedSettings(f: SharedRolloutFlags) {
+  return {
+    sandboxToken: f.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN,
+    rewardTruncated: f.rewardTruncated === true,
+    maxInvalidCalls: f.maxInvalidCalls,
+    maxErrorShare: f.maxErrorShare,
+    n: f.n,
+    maxTurns: f.maxTurns,
+    maxTokens: f.maxTokens,
+    temperature: f.temperature,
+    topP: f.topP,
+    seed: f.seed,
+    schedule: f.schedule,
+    compat: f.compat,
+  };
+}
+
+/** One carriage-returned status line: trajectories done, tokens/s, tool calls/s, turns in flight per engine. */
+export function progressLine(p: RolloutProgress): string {
+  const s = p.elapsedMs / 1000 || 1;
+  const load = p.engines.map((e, i) => `e${i}:${e.alive ? `${e.inflight}` : 'down'}`).join(' ');
+  return `\r${p.done}/${p.total} trajectories  ${(p.tokens / s).toFixed(0)} tok/s  ${(p.toolCalls / s).toFixed(1)} calls/s  ${load}\x1b[K`;
+}
+
+/** Draws the progress line on stderr when a person is watching; undefined (no callback) otherwise. */
+export function progressOnStderr(): ((p: RolloutProgress) => void) | undefined {
+  return interactive() ? (p) => process.stderr.write(progressLine(p)) : undefined;
+}

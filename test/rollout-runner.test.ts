@@ -1,0 +1,196 @@
+/** The rollout runner's parts on their own: options, admission, engine health, outcomes, records. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { Command } from 'commander';
+import type { Problem } from '../src/records/problem.js';
+import { expandJobs, type Turn } from '../src/rollout/admission.js';
+import type { AgentResult } from '../src/rollout/agent.js';
+import { EngineHealth } from '../src/rollout/engine-health.js';
+import type { EngineClient } from '../src/rollout/engines.js';
+import {
+  EVAL_SAMPLES,
+  POLICIES,
+  progressLine,
+  ROLLOUT_DEFAULTS,
+  runnerOptions,
+  sharedRolloutOptions,
+} from '../src/rollout/options.js';
+import { ErrorBudget, Outcomes } from '../src/rollout/outcomes.js';
+import { scoreTrajectory, trajectoryRecord } from '../src/rollout/record.js';
+import { AsyncScheduler, Scheduler } from '../src/rollout/scheduler.js';
+
+const problem = (id: string, answer = '42'): Problem => ({
+  v: 1,
+  id,
+  prompt: `What is ${id}?`,
+  answer,
+  kind: 'math',
+});
+
+function parsed(samples: number, argv: string[] = []) {
+  const cmd = new Command().exitOverride().configureOutput({ outputError: () => {} });
+  for (const o of [...sharedRolloutOptions(samples), ...runnerOptions()]) cmd.addOption(o);
+  cmd.parse(argv, { from: 'user' });
+  return cmd.opts();
+}
+
+describe('rollout options', () => {
+  it('declare the defaults the library applies', () => {
+    const o = parsed(ROLLOUT_DEFAULTS.n);
+    assert.deepEqual(o.engine, []);
+    for (const key of [
+      'engineKind',
+      'chatTemplate',
+      'n',
+      'maxTurns',
+      'maxTokens',
+      'temperature',
+      'topP',
+      'maxInvalidCalls',
+      'maxErrorShare',
+      'schedule',
+      'compat',
+      'maxParallelCalls',
+      'toolResponseMaxChars',
+      'concurrency',
+      'scrapeMs',
+    ] as const) {
+      assert.equal(o[key], ROLLOUT_DEFAULTS[key], key);
+    }
+    assert.equal(o.timeout, ROLLOUT_DEFAULTS.timeoutSeconds);
+    assert.equal(parsed(EVAL_SAMPLES).n, 16);
+  });
+
+  it('validate enum flags by their choices and numbers by their range', () => {
+    assert.equal(parsed(1, ['--schedule', 'static']).schedule, 'static');
+    assert.deepEqual(parsed(1, ['--engine', 'a', '--engine', 'b']).engine, ['a', 'b']);
+    assert.throws(() => parsed(1, ['--schedule', 'magic']), /Allowed choices are kv, least-requests/);
+    assert.throws(() => parsed(1, ['--engine-kind', 'tgi']), /Allowed choices are sglang, vllm/);
+    assert.throws(() => parsed(1, ['--compat', 'loose']), /Allowed choices are strict, rstar/);
+    assert.throws(() => parsed(1, ['--top-p', '1.5']), /expected a number in \[0, 1\]/);
+    assert.throws(() => parsed(1, ['--n', '0']), /expected an integer >= 1/);
+    assert.deepEqual([...POLICIES], ['kv', 'least-requests', 'round-robin', 'static']);
+  });
+
+  it('draw one progress line: done, tokens/s, tool calls/s, turns in flight per engine', () => {
+    const line = progressLine({
+      done: 3,
+      total: 8,
+      tokens: 5000,
+      toolCalls: 5,
+      elapsedMs: 2000,
+      engines: [
+        { url: 'a', alive: true, inflight: 4, free: 10, dispatched: 9 },
+        { url: 'b', alive: false, inflight: 0, free: 0, dispatched: 2 },
+      ],
+    });
+    assert.equal(line, '\r3/8 trajectories  2500 tok/s  2.5 calls/s  e0:4 e1:down\x1b[K');
+  });
+});
+
+describe('rollout runner parts', () => {
+  it('expands n samples per problem in submission order, skipping resumed ids', () => {
+    const jobs = expandJobs([problem('a'), problem('b')], 2, new Set(['a/1']));
+    assert.deepEqual(
+      jobs.map((j) => [j.id, j.group, j.sample]),
+      [
+        ['a/0', 0, 0],
+        ['b/0', 1, 0],
+        ['b/1', 1, 1],
+      ],
+    );
+  });
+
+  it('hands out finished trajectories before the failure, and ends on failure or stop', async () => {
+    const out = new Outcomes<number>();
+    assert.equal(out.ended, false);
+    const waiting = out.next();
+    out.push(1);
+    assert.equal(await waiting, 1);
+    out.push(2);
+    out.fail(new Error('boom'));
+    out.fail(new Error('second'));
+    assert.equal(out.ended, true);
+    assert.equal(await out.next(), 2);
+    await assert.rejects(out.next(), /boom/);
+    const stopped = new Outcomes<number>();
+    stopped.stop();
+    assert.equal(stopped.ended, true);
+  });
+
+  it('fails once more than maxErrorShare of the trajectories ended with an error', () => {
+    const budget = new ErrorBudget(10, 0.1);
+    const failed = { finish: 'error', error: { kind: 'engine', message: 'e0 down' } } as never;
+    budget.count({ finish: 'stop' } as never);
+    budget.count(failed);
+    assert.throws(
+      () => budget.count(failed),
+      /2 of 10 trajectories failed .* more than --max-error-share 0\.1 \(first: e0 down\)/,
+    );
+  });
+
+  it('sets a failing engine aside, never the last one alive, and probes it back', async () => {
+    let answers = false;
+    const engine = (url: string) =>
+      ({
+        url,
+        capacity: async () => {
+          if (!answers) throw new Error('down');
+          return { total: 100, used: 0 };
+        },
+      }) as unknown as EngineClient;
+    const core = new Scheduler<Turn>([100, 100], { clock: () => 0 });
+    let scrapes = 0;
+    const health = new EngineHealth([engine('a'), engine('b')], core, new AsyncScheduler(core), 0, () => {
+      scrapes++;
+    });
+    health.start();
+    health.setAside(0);
+    health.setAside(1); // the last one alive stays
+    assert.deepEqual(
+      core.stats().map((s) => s.alive),
+      [false, true],
+    );
+    answers = true;
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    health.stop();
+    assert.ok(scrapes >= 1);
+    assert.deepEqual(
+      core.stats().map((s) => s.alive),
+      [true, true],
+    );
+  });
+
+  it('scores by the record contract and assembles the Trajectory record', () => {
+    const r: AgentResult = {
+      prompt_ids: [1],
+      response_ids: [2, 3],
+      loss_mask: [1, 1],
+      logprobs: [-0.5, -0.25],
+      text: 'so \\boxed{42}',
+      turns: 1,
+      tool_calls: 0,
+      tool_errors: 0,
+      answer_tags: 0,
+      finish: 'stop',
+      timing: { generate_ms: 10, tool_ms: 2.4 },
+    };
+    const p = problem('a');
+    assert.deepEqual(scoreTrajectory(p, r, {}), { answer: '42', reward: 1 });
+    // A truncated trajectory keeps its answer but not its reward, unless rewardTruncated.
+    assert.deepEqual(scoreTrajectory(p, { ...r, finish: 'length' }, {}), { answer: '42', reward: 0 });
+    assert.equal(scoreTrajectory(p, { ...r, finish: 'length' }, { rewardTruncated: true }).reward, 1);
+    const [job] = expandJobs([p], 1);
+    const t = trajectoryRecord(
+      job,
+      'ckpt',
+      r,
+      { answer: '42', reward: 1 },
+      { queuedMs: 1.6, generateMs: 8.2 },
+    );
+    assert.equal(t.id, 'a/0');
+    assert.equal(t.policy, 'ckpt');
+    assert.deepEqual(t.timing, { queued_ms: 2, generate_ms: 8, tool_ms: 2 });
+    assert.equal('error' in t, false);
+  });
+});
