@@ -394,7 +394,7 @@ def parse_args(argv):
                    help=f"override a tolerance ({', '.join(TOLERANCES)})")
     p.add_argument("--budget", type=float, default=480.0,
                    help="seconds; checks not started by then are skipped (default 480)")
-    p.add_argument("--device", default="cuda", help="the GPU to check (default cuda, i.e. cuda:0)")
+    p.add_argument("--device", default="cuda:0", help="the GPU to check (default cuda:0)")
     args = p.parse_args(argv)
     tol = dict(TOLERANCES)
     for item in args.tolerance:
@@ -423,6 +423,11 @@ def main(argv):
                              "docs/gpu.md for the CUDA/ROCm builds\n")
             return 2
         device, mode = torch.device(args.device), "gpu"
+        if device.type != "cuda":
+            sys.stderr.write(f"gpu-check.py: --device {args.device}: expected cuda or cuda:N (ROCm GPUs are cuda too)\n")
+            return 2
+        if device.index is None:  # set_device and the ranks want an index
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     env = doctor.probe()
     ctx = Context(device, mode, tol, start + args.budget, env)
