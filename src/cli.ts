@@ -17,6 +17,7 @@ export const COMMANDS: Record<string, string> = {
   'hard-problems': 'the problems not solved by every rollout of the last pass (the last RL stage)',
   'engine-serve': 'embedded inference engine speaking the SGLang HTTP subset',
   'model-init': 'randomly initialised Qwen3-architecture checkpoint (HF layout)',
+  doctor: 'what the PyTorch backend finds here: Python, torch build, GPUs, bf16, collectives, FSDP, BLAS',
   schema: 'print the JSON Schema of a record',
 };
 

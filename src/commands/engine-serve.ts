@@ -2,7 +2,7 @@ import { execa } from 'execa';
 import { engineArgs } from '../backend/engine.js';
 import { backendEnv, findPython } from '../backend/python.js';
 import { UsageError } from '../errors.js';
-import { integer, parse, program } from '../program.js';
+import { choice, integer, parse, program } from '../program.js';
 
 export async function run(argv: string[]): Promise<void> {
   const cmd = program('engine-serve', 'embedded inference engine speaking the SGLang HTTP subset')
@@ -20,7 +20,16 @@ export async function run(argv: string[]): Promise<void> {
       '--weight-version <label>',
       'the label of the weights served at start (SGLang weight_version)',
       '0',
-    );
+    )
+    .addOption(
+      choice(
+        '--dtype <dtype>',
+        'weights and KV cache dtype; logits are fp32 either way (auto: the checkpoint torch_dtype on a GPU, fp32 on CPU)',
+        ['auto', 'bf16', 'fp16', 'fp32'] as const,
+        'auto',
+      ),
+    )
+    .option('--device <name>', 'auto (the first GPU, else the CPU), cpu, cuda or cuda:N', 'auto');
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<{
     model: string;
@@ -29,11 +38,17 @@ export async function run(argv: string[]): Promise<void> {
     maxTotalTokens: number;
     maxRunningRequests: number;
     weightVersion: string;
+    dtype: string;
+    device: string;
   }>();
   if (o.port > 65535) throw new UsageError('--port: expected 0..65535');
   const python = await findPython();
   // The server prints `listening on http://HOST:PORT` on stderr itself; its errors too (no double report).
-  const child = execa(python, engineArgs(o), { env: backendEnv(), stdio: 'inherit', reject: false });
+  const child = execa(python, [...engineArgs(o), '--dtype', o.dtype, '--device', o.device], {
+    env: backendEnv(),
+    stdio: 'inherit',
+    reject: false,
+  });
   const forward = (signal: NodeJS.Signals) => () => child.kill(signal);
   const onInt = forward('SIGINT');
   const onTerm = forward('SIGTERM');

@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { Doctor } from './doctor.js';
 import { EvalProblem, EvalSummary, Report } from './eval.js';
 import { Problem } from './problem.js';
 import { BatchSubmission, Submission, SubmissionResult } from './sandbox.js';
@@ -6,6 +7,7 @@ import { EndBatch, Step } from './step.js';
 import { TrainRecord, Trajectory } from './trajectory.js';
 import { ScoredTrajectory, VerifyCase } from './verify.js';
 
+export * from './doctor.js';
 export * from './eval.js';
 export * from './problem.js';
 export * from './sandbox.js';
@@ -28,4 +30,5 @@ export const RECORDS: Record<string, z.ZodType> = {
   'submission-result': SubmissionResult,
   'verify-case': VerifyCase,
   'scored-trajectory': ScoredTrajectory,
+  doctor: Doctor,
 };

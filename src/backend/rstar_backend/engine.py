@@ -21,10 +21,72 @@ import torch
 
 from .checkpoint import CheckpointError, load_model, read_config
 from .detok import Detokenizer
-from .model import previous_in_row, token_logprobs
+from .model import Rotary, previous_in_row, token_logprobs
 
 
 PREFILL_TOKENS = 8192  # padded prompt tokens per prefill forward: bounds the activations' memory
+
+
+# --dtype: the CLI's short names and torch's long ones; "auto" serves a GPU in the checkpoint's dtype.
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+          "fp16": torch.float16, "float16": torch.float16}
+
+
+class SetupError(Exception):
+    """A device or dtype this torch cannot serve with; the message says what to use instead."""
+
+
+def serving_device(name):
+    """auto: the first GPU (ROCm GPUs are `cuda` to torch too), else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise SetupError(f"--device {name}: expected auto, cpu, cuda or cuda:N")
+    if device.type not in ("cpu", "cuda"):
+        raise SetupError(f"--device {name}: the engine runs on cpu or cuda (ROCm GPUs are cuda too)")
+    if device.type == "cuda" and device.index is not None and torch.cuda.is_available() \
+            and device.index >= torch.cuda.device_count():
+        raise SetupError(f"--device {name}: only {torch.cuda.device_count()} GPU(s) visible")
+    return device
+
+
+def serving_dtype(name, device, model_path):
+    """The weights' and KV cache's dtype. Logits are cast to fp32 before log-softmax and sampling
+    whatever this is, so only the forward runs in bf16/fp16 (as SGLang and vLLM do)."""
+    if name != "auto":
+        return DTYPES[name]
+    if device.type == "cuda":
+        return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(read_config(model_path).torch_dtype,
+                                                                           torch.float32)
+    return torch.float32
+
+
+def check_device(device, dtype):
+    """Fails before loading a checkpoint: no GPU behind --device cuda, or a dtype the device lacks
+    (torch 1.13 has no fp16 matmul on CPU; pre-Ampere GPUs no bf16)."""
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SetupError(f"--device {device}: torch {torch.__version__} sees no GPU "
+                         "(a CPU-only build, or no driver; `rstar doctor` says which)")
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise SetupError(f"--dtype bf16: {torch.cuda.get_device_name(device)} has no bf16; use fp16 or fp32")
+    try:
+        x = torch.ones(2, 8, device=device, dtype=dtype)
+        torch.nn.functional.linear(x, torch.ones(4, 8, device=device, dtype=dtype)).float().sum().item()
+    except (RuntimeError, TypeError) as e:
+        name = str(dtype).replace("torch.", "")
+        raise SetupError(f"--dtype {name} on {device}: this torch cannot run a {name} matmul there ({e})")
+
+
+def keep_rotary_fp32(model):
+    """Rotary frequencies back in fp32 after the model was cast to bf16/fp16: a bf16 inv_freq is off
+    by up to 0.4%, i.e. a rotation wrong by radians a few hundred positions in, where the trainer
+    (fp32 weights, autocast) keeps fp32 frequencies. cos/sin are still cast to the compute dtype."""
+    for module in model.modules():
+        if isinstance(module, Rotary) and module.inv_freq.dtype != torch.float32:
+            module.inv_freq = Rotary(model.config.head_dim, model.config.rope_theta).inv_freq.to(
+                module.inv_freq.device)
 
 
 class KVPool:
@@ -186,18 +248,13 @@ def sample(logits, req):
 class Engine:
     def __init__(self, args):
         self.args = args
-        self.device = torch.device(args.device if args.device != "auto" else
-                                   ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = serving_device(args.device)
         self.model_path = args.model
         # SGLang's weight_version: a label of the weights served, set by update_weights_from_disk and
         # stamped on every response, so rollout can tell which policy generated a trajectory.
         self.weight_version = args.weight_version
-        self.dtype = torch.float32
-        if self.device.type == "cuda" and args.dtype == "auto":
-            self.dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
-                read_config(args.model).torch_dtype, torch.float32)
-        elif args.dtype != "auto":
-            self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+        self.dtype = serving_dtype(args.dtype, self.device, args.model)
+        check_device(self.device, self.dtype)
         self.model = self._load(args.model)
         self.cfg = self.model.config
         self.detok = Detokenizer(args.model)
@@ -220,6 +277,7 @@ class Engine:
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
+        keep_rotary_fp32(model)
         return model
 
     # ---- called from HTTP threads ----
@@ -660,7 +718,7 @@ def main(argv):
     p.add_argument("--max-total-tokens", type=int, default=65536)
     p.add_argument("--max-running-requests", type=int, default=256)
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--weight-version", default="0", help="the label of the weights served at start")
     args = p.parse_args(argv)
@@ -668,7 +726,7 @@ def main(argv):
         torch.set_num_threads(args.threads)
     try:
         engine = Engine(args)
-    except CheckpointError as e:
+    except (CheckpointError, SetupError) as e:
         sys.stderr.write(f"rstar engine-serve: {e}\n")
         return 1
     server = Server((args.host, args.port), make_handler(engine))
