@@ -107,16 +107,14 @@ export async function startTrainer(options: TrainOptions): Promise<ResidentTrain
     stdout: 'pipe',
     stderr: 'pipe',
   });
-  const peers = world
-    .slice(1)
-    .map((env) =>
-      execa(python, argv, {
-        env: { ...backendEnv(), ...env },
-        reject: false,
-        stdin: 'ignore',
-        stdout: 'ignore',
-      }),
-    );
+  const peers = world.slice(1).map((env) =>
+    execa(python, argv, {
+      env: { ...backendEnv(), ...env },
+      reject: false,
+      stdin: 'ignore',
+      stdout: 'ignore',
+    }),
+  );
   const stdin = child.stdin!;
   stdin.on('error', () => {}); // an early exit is reported from the exit status
   const waiting: { resolve: (s: TrainedStep) => void; reject: (e: Error) => void }[] = [];
