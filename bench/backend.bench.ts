@@ -108,7 +108,9 @@ async function trainBench(python: string, model: string, dir: string, loss: stri
   // The bridge's own cost, free of the trainer's run-to-run noise: the same command with a stand-in
   // "python" (awk) that answers each batch with a Step line at once; CPU of node + awk.
   const stub = join(dir, 'stub-python');
-  const step = '{\\"v\\":1,\\"step\\":1,\\"seconds\\":0,\\"cpu_seconds\\":0,\\"tokens\\":0}';
+  // a whole Step record: the bridge checks what the backend answers
+  const step =
+    '{\\"v\\":1,\\"step\\":1,\\"policy\\":\\"stub\\",\\"checkpoint\\":\\"stub\\",\\"loss\\":0,\\"pg_clipfrac\\":0,\\"approx_kl\\":0,\\"entropy\\":0,\\"grad_norm\\":0,\\"lr\\":0,\\"sequences\\":0,\\"tokens\\":0,\\"seconds\\":0,\\"cpu_seconds\\":0}';
   writeFileSync(
     stub,
     [

@@ -126,10 +126,11 @@ export async function startTrainer(options: TrainOptions): Promise<ResidentTrain
   (async () => {
     for await (const { text } of readLines(child.stdout!, 'backend')) {
       if (text.trim() === '') continue;
-      const parsed = Step.safeParse(JSON.parse(text));
+      const value: unknown = JSON.parse(text);
       const next = waiting.shift();
       if (!next) continue;
-      if (parsed.success) next.resolve({ record: parsed.data, line: text });
+      // the record as the backend wrote it (its field order), once it is known to be a Step record
+      if (Step.safeParse(value).success) next.resolve({ record: value as Step, line: text });
       else next.reject(new DataError(`backend: unexpected output: ${text}`));
     }
   })().catch((error: Error) => fail(error));
