@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 import { engineArgs } from '../src/backend/engine.js';
 import { BACKEND_SCRIPT, backendEnv, findPython } from '../src/backend/python.js';
+import { backendTrainArgv, trainOptions } from '../src/backend/train-options.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const BIN = join(ROOT, 'bin', 'rstar.js');
@@ -75,10 +76,11 @@ interface Run {
 
 /** Runs a command under bash so `times` reports the CPU its process tree used; on a shared machine
  * the wall clock measures the neighbours' load as much as ours, the CPU time does not. */
-async function measured(cmd: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
+async function measured(cmd: string[], env: NodeJS.ProcessEnv = {}, inputFile?: string): Promise<Run> {
   const t0 = performance.now();
   const r = await execa('bash', ['-c', '"$@" && times >&2', 'bash', ...cmd], {
     env: { ...backendEnv(), ...env },
+    ...(inputFile ? { inputFile } : {}),
   });
   const wall = (performance.now() - t0) / 1000;
   const times = String(r.stderr).trim().split('\n').slice(-1)[0];
@@ -92,17 +94,23 @@ async function measured(cmd: string[], env: NodeJS.ProcessEnv = {}): Promise<Run
 
 async function trainBench(python: string, model: string, dir: string, loss: string, data: string) {
   const common = ['--loss', loss, '--model', model, '--out', join(dir, `out-${loss}`), '--lr', '1e-5'];
+  // the same settings as the Python backend receives them from the bridge
+  const backend = backendTrainArgv(
+    trainOptions({ loss: loss as 'sft' | 'grpo', model, out: join(dir, `out-${loss}`), lr: 1e-5 }),
+  );
   const direct: Run[] = [];
   const bridge: Run[] = [];
   // alternate the two (3 times) and keep each one's best: the machine's load drifts
   for (let i = 0; i < (quick ? 1 : 3); i++) {
-    direct.push(await measured([python, BACKEND_SCRIPT, 'train', '--follow', ...common, '--file', data]));
+    direct.push(await measured([python, BACKEND_SCRIPT, ...backend], {}, data));
     bridge.push(await measured([process.execPath, BIN, 'train-step', '--follow', ...common, data]));
   }
   // The bridge's own cost, free of the trainer's run-to-run noise: the same command with a stand-in
   // "python" (awk) that answers each batch with a Step line at once; CPU of node + awk.
   const stub = join(dir, 'stub-python');
-  const step = '{\\"v\\":1,\\"step\\":1,\\"seconds\\":0,\\"cpu_seconds\\":0,\\"tokens\\":0}';
+  // a whole Step record: the bridge checks what the backend answers
+  const step =
+    '{\\"v\\":1,\\"step\\":1,\\"policy\\":\\"stub\\",\\"checkpoint\\":\\"stub\\",\\"loss\\":0,\\"pg_clipfrac\\":0,\\"approx_kl\\":0,\\"entropy\\":0,\\"grad_norm\\":0,\\"lr\\":0,\\"sequences\\":0,\\"tokens\\":0,\\"seconds\\":0,\\"cpu_seconds\\":0}';
   writeFileSync(
     stub,
     [

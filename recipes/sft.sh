@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SFT stage of the tiny embedded model: the synthetic tool-use curriculum, model-init, SFT with
-# one resident train-step process, then a held-out evaluation through the real pipeline
+# one resident trainer (`rstar sft-train`), then a held-out evaluation through the real pipeline
 # (engine-serve + sandbox-serve + rollout + verify), greedy and at temperature 1.
 #
 #   bash recipes/sft.sh [OUT]          # OUT defaults to runs/sft
@@ -74,92 +74,17 @@ step "model-init $CONFIG (--init $INIT)"
 rm -rf "$OUT/init" "$OUT/ckpt"
 "${RSTAR[@]}" model-init --config "$CONFIG" --out "$OUT/init" --seed "$SEED" --init "$INIT" >"$OUT/init.json"
 
-# 3. SFT: one resident train-step; we send a batch, read its Step record, and stop at the budget.
-# The whole recipe fits RSTAR_SFT_TOTAL: training gets what the data and init left, less the eval's share.
+# 3. SFT: `rstar sft-train`, one resident trainer, until the budget (wall clock or steps) is spent;
+# the LR warms up, then decays over the last DECAY fraction of the budget. metrics.jsonl: one line
+# per step (the Step record, elapsed, tokens_per_s). The whole recipe fits RSTAR_SFT_TOTAL: training
+# gets what the data and init left, less the eval's share.
 SECONDS_BUDGET=${RSTAR_SFT_SECONDS:-$(awk -v a="$recipe_start" -v b="$EPOCHREALTIME" -v t="$TOTAL" -v r="$EVAL_RESERVE" \
   'BEGIN { s = t - (b - a) - r; printf "%d", (s < 60 ? 60 : s) }')}
-step "train-step --loss sft (batch $BATCH, lr $LR, $NPROC ranks, ${SECONDS_BUDGET}s budget)"
-: >"$OUT/metrics.jsonl"
-coproc TRAIN { "${RSTAR[@]}" train-step --loss sft --follow --model "$OUT/init" --out "$OUT/ckpt" \
-  --lr "$LR" --warmup-steps "$WARMUP" --seed "$SEED" --nproc "$NPROC" 2>"$OUT/train.log"; }
-train_in=${TRAIN[1]}
-train_out=${TRAIN[0]}
-train_pid=$TRAIN_PID
-# If the recipe dies mid-training, do not leave the resident trainer behind.
-trap 'kill "$train_pid" 2>/dev/null || true' EXIT
-start=$EPOCHREALTIME
-steps=0   # Step records received
-sent=0    # batches sent
-pending=0 # batches sent whose Step record has not come back yet
-epoch=0
-elapsed=0
-
-# One batch is queued ahead of the one training, so the trainer never waits for this loop (the
-# loop's metrics, logging and awk run while the next step computes).
-send_batch() {
-  # Warm-up and constant LR (train-step's own schedule), then a linear decay over the last DECAY
-  # fraction of the budget (wall clock, or steps with RSTAR_SFT_MAX_STEPS), set per step on the
-  # end_batch line: annealing sharpens what the budget has taught.
-  local lr_now end_batch
-  lr_now=$(awk -v e="$elapsed" -v b="$SECONDS_BUDGET" -v s="$sent" -v m="$MAX_STEPS" -v d="$DECAY" -v lr="$LR" 'BEGIN {
-    p = e / b; if (m > 0 && s / m > p) p = s / m
-    if (d > 0 && p > 1 - d) { f = (1 - p) / d; if (f < 0.02) f = 0.02; printf "%.6g", lr * f }
-  }')
-  end_batch='{"v":1,"end_batch":true}'
-  [[ -n $lr_now ]] && end_batch="{\"v\":1,\"end_batch\":true,\"lr\":$lr_now}"
-  printf '%s\n' "${batch[@]}" "$end_batch" >&"$train_in"
-  sent=$((sent + 1))
-  pending=$((pending + 1))
-}
-
-receive_record() {
-  local record tokens seconds tps
-  IFS= read -r record <&"$train_out" || die "train-step exited early: $(tail -n 5 "$OUT/train.log")"
-  pending=$((pending - 1))
-  steps=$((steps + 1))
-  elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')
-  # metrics.jsonl: the Step record plus wall-clock elapsed and the step's tokens/s.
-  tokens=$(json_number "$record" tokens)
-  seconds=$(json_number "$record" seconds)
-  tps=$(awk -v t="$tokens" -v s="$seconds" 'BEGIN { printf "%.1f", (s > 0 ? t / s : 0) }')
-  printf '%s, "elapsed": %s, "tokens_per_s": %s}\n' "${record%\}}" "$elapsed" "$tps" >>"$OUT/metrics.jsonl"
-  log "step $steps  loss $(json_number "$record" loss)  ${elapsed}s"
-  # A snapshot only when no step is in flight (the trainer rewrites OUT/ckpt every step).
-  if ((pending == 0 && steps % CKPT_EVERY == 0)); then
-    rm -rf "$OUT/ckpt-$steps"
-    cp -r "$OUT/ckpt" "$OUT/ckpt-$steps"
-  fi
-}
-
-out_of_budget() {
-  awk -v e="$elapsed" -v b="$SECONDS_BUDGET" 'BEGIN { exit !(e >= b) }' || { ((MAX_STEPS > 0)) && ((sent >= MAX_STEPS)); }
-}
-
-while ! out_of_budget; do
-  shuffled="$OUT/epoch.jsonl"
-  # a seeded order; with WINDOW > 1, batches of similar length (src/sft/epoch.ts)
-  node dist/src/sft/epoch.js "$DATA/sft.jsonl" "$((SEED + epoch))" "$BATCH" "$WINDOW" >"$shuffled"
-  epoch=$((epoch + 1))
-  sent_before=$sent
-  batch=()
-  while IFS= read -r line; do
-    batch+=("$line")
-    ((${#batch[@]} < BATCH)) && continue
-    # the step finishing next is a snapshot step: let it finish before queueing another
-    ((pending > 0 && (steps + 1) % CKPT_EVERY == 0)) && receive_record
-    send_batch
-    batch=()
-    ((pending > 1)) && receive_record
-    out_of_budget && break
-  done <"$shuffled"
-  ((sent > sent_before)) || die "$DATA/sft.jsonl: fewer than $BATCH demonstrations, not one batch"
-done
-while ((pending > 0)); do receive_record; done
-exec {train_in}>&-
-wait "$train_pid" || die "train-step failed: $(tail -n 5 "$OUT/train.log")"
-trap - EXIT
-rm -f "$OUT/epoch.jsonl"
-log "trained $steps steps ($epoch epochs started) in ${elapsed}s"
+step "sft-train (batch $BATCH, lr $LR, $NPROC ranks, ${SECONDS_BUDGET}s budget)"
+"${RSTAR[@]}" sft-train --data "$DATA/sft.jsonl" --model "$OUT/init" --out "$OUT/ckpt" \
+  --batch "$BATCH" --lr "$LR" --warmup-steps "$WARMUP" --decay "$DECAY" --window "$WINDOW" \
+  --seconds "$SECONDS_BUDGET" --max-steps "$MAX_STEPS" --snapshot-every "$CKPT_EVERY" \
+  --seed "$SEED" --nproc "$NPROC" >"$OUT/metrics.jsonl"
 
 # 4. Held-out evaluation with the real pipeline: embedded engine-serve + sandbox-serve, rollout, verify.
 evaluate() { # NAME TEMPERATURE N
@@ -170,7 +95,7 @@ evaluate() { # NAME TEMPERATURE N
     --chat-template "$TEMPLATE" --n "$n" --temperature "$temperature" --seed "$SEED" --max-tokens "$EVAL_TOKENS" --max-turns 3 \
     --out "$OUT/eval-$name.jsonl.tmp"
   mv "$OUT/eval-$name.jsonl.tmp" "$OUT/eval-$name.jsonl"
-  node dist/src/sft/eval-summary.js "$name" "$OUT/eval-$name.jsonl" | tee -a "$OUT/eval.jsonl"
+  "${RSTAR[@]}" sft-eval --name "$name" "$OUT/eval-$name.jsonl" | tee -a "$OUT/eval.jsonl"
 }
 : >"$OUT/eval.jsonl"
 evaluate greedy 0 1

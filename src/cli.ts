@@ -6,6 +6,8 @@ import { exitCodeOf, UsageError } from './errors.js';
  */
 export const COMMANDS: Record<string, string> = {
   'sft-data': 'build non-reasoning SFT records (or the synthetic tool-use curriculum)',
+  'sft-train': 'SFT over a data set with a wall-clock/step budget and an LR schedule (one resident trainer)',
+  'sft-eval': "the SFT stage's held-out figures (format validity, tool success, accuracy) from trajectories",
   rollout: 'multi-turn agent rollouts over SGLang / vLLM / engine-serve with the KV-cache scheduler',
   'sandbox-serve': 'isolated Python execution service (code-judge compatible API)',
   'sandbox-run': 'run sandbox submissions from NDJSON through a sandbox (embedded if no --sandbox)',

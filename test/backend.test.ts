@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { execa } from 'execa';
 import { BACKEND_DIR, findPython } from '../src/backend/python.js';
+import { backendConfig, trainOptions } from '../src/backend/train-options.js';
 import { startTrainer } from '../src/backend/trainer.js';
 import { Step } from '../src/records/step.js';
 import type { TrainRecord } from '../src/records/trajectory.js';
@@ -47,6 +48,16 @@ describe('backend: Python unit tests', () => {
     );
     assert.equal(result.exitCode, 0, result.stderr);
     assert.match(result.stderr, /Ran \d+ tests/);
+  });
+
+  test("the unit tests' trainer settings name every key train-step sends", async () => {
+    const python = await findPython();
+    const code = 'import json, common; print(json.dumps(sorted(common.SETTINGS)))';
+    const { stdout } = await execa(python, ['-c', code], { cwd: join(ROOT, 'src/backend/tests') });
+    const sent = backendConfig(trainOptions({ loss: 'sft', model: 'm', out: 'o' }));
+    // model and out are given per test
+    const keys = Object.keys(sent).filter((k) => k !== 'model' && k !== 'out');
+    assert.deepEqual(JSON.parse(stdout), keys.sort());
   });
 });
 
@@ -145,7 +156,10 @@ describe('backend: model-init and train-step CLIs', () => {
   test('one SFT step, then a second step continues from the saved optimiser state', async () => {
     const m1 = join(dir, 'sft1');
     const m2 = join(dir, 'sft2');
-    const r1 = await rstar(['train-step', '--loss', 'sft', '--model', m0, '--out', m1, '--lr', '1e-3', data]);
+    const r1 = await rstar([
+      ...['train-step', '--loss', 'sft', '--model', m0, '--out', m1, '--lr', '1e-3'],
+      ...['--beta2', '0.99', data],
+    ]);
     assert.equal(r1.code, 0, r1.stderr);
     const [s1] = lines(r1.stdout).map((s) => Step.parse(s));
     assert.equal(s1.step, 1);
@@ -153,7 +167,9 @@ describe('backend: model-init and train-step CLIs', () => {
     assert.equal(s1.tokens, 24);
     assert.ok(s1.loss > 3 && s1.loss < 6, `loss ${s1.loss} near ln(96)`);
     assert.ok(existsSync(join(m1, 'optimizer.safetensors')));
-    assert.equal(JSON.parse(readFileSync(join(m1, 'trainer_state.json'), 'utf8')).step, 1);
+    const state = JSON.parse(readFileSync(join(m1, 'trainer_state.json'), 'utf8'));
+    assert.equal(state.step, 1);
+    assert.deepEqual(state.betas, [0.9, 0.99], 'AdamW betas are train-step flags');
     assert.ok(existsSync(join(m1, 'chat_template.jinja')));
     const r2 = await rstar(
       ['train-step', '--loss', 'sft', '--model', m1, '--out', m2, '--lr', '1e-3'],
@@ -215,26 +231,45 @@ describe('backend: model-init and train-step CLIs', () => {
     assert.match(bad.stderr, /stdin:3: lr: expected a positive number, got -1/);
   });
 
-  test('startTrainer: a resident trainer for TypeScript orchestrators', async () => {
-    const trainer = await startTrainer({
-      loss: 'grpo',
-      model: m0,
-      out: join(dir, 'resident-{step}'),
-      args: ['--lr', '1e-3'],
-    });
+  test('startTrainer: the resident trainer train-step and sft-train drive', async () => {
+    const trainer = await startTrainer(
+      trainOptions({ loss: 'grpo', model: m0, out: join(dir, 'resident-{step}'), lr: 1e-3 }),
+    );
     try {
       const [a, b] = await Promise.all([trainer.step(records.slice(0, 2)), trainer.step(records.slice(2))]);
-      assert.deepEqual([a.step, a.sequences, b.step, b.sequences], [1, 2, 2, 2]);
+      assert.deepEqual([a.record.step, a.record.sequences, b.record.step, b.record.sequences], [1, 2, 2, 2]);
+      assert.equal(Step.parse(JSON.parse(b.line)).checkpoint, join(dir, 'resident-2'));
       assert.ok(existsSync(join(dir, 'resident-2', 'model.safetensors')));
       await assert.rejects(trainer.step([]), /empty batch/);
+      // checked before anything is sent: the trainer goes on
       await assert.rejects(
-        trainer.step([{ ...records[0], response_ids: [1, 2, 3, 999] }]),
-        /response_ids\.3: token id 999 is out of the vocabulary/,
+        trainer.step([records[0], { ...records[0], response_ids: [1, 2, 3, 999] }]),
+        /batch:2: response_ids\.3: token id 999 is out of the vocabulary/,
       );
-      await assert.rejects(trainer.step(records), /out of the vocabulary/, 'a dead trainer says why');
+      await assert.rejects(
+        trainer.add({ text: JSON.stringify({ ...records[0], advantage: undefined }), line: 7, source: 'f' }),
+        /f:7: advantage: required by --loss grpo/,
+      );
+      // a numbered step is taken even when empty; the end_batch line may set its learning rate
+      const empty = await trainer.endBatch({ step: 9 });
+      assert.deepEqual([empty.record.step, empty.record.sequences], [9, 0]);
+      const c = await trainer.step(records, { lr: 5e-4 });
+      assert.deepEqual([c.record.step, c.record.sequences, c.record.lr], [4, 4, 5e-4]);
+      // records after the last end of batch are dropped, not trained
+      await trainer.add({ text: JSON.stringify(records[0]), line: 1, source: 'f' });
     } finally {
       await trainer.close();
     }
+    assert.ok(!existsSync(join(dir, 'resident-5')));
+  });
+
+  test('a dead trainer says why', async () => {
+    const bad = join(dir, 'bad-weights');
+    mkdirSync(bad);
+    writeFileSync(join(bad, 'config.json'), JSON.stringify(SMALL_CONFIG));
+    const trainer = await startTrainer(trainOptions({ loss: 'sft', model: bad, out: join(dir, 'never') }));
+    await assert.rejects(trainer.step(records), /not a checkpoint: neither model\.safetensors/);
+    await assert.rejects(trainer.close(), /not a checkpoint/);
   });
 
   test('2 data-parallel processes give the same update as 1', async () => {
@@ -277,6 +312,13 @@ describe('backend: model-init and train-step CLIs', () => {
       [[], '', 1, /empty batch/],
       [[], '\n\n', 1, /empty batch/],
       [[], '{"prompt_ids":\n', 1, /stdin:1: invalid JSON/],
+      [
+        ['--follow'],
+        `${ndjson([records[0]])}{"end_batch":true,"step":-1}\n`,
+        1,
+        /stdin:2: step: expected a non-negative integer/,
+      ],
+      [['--beta1', '1.5'], ndjson(records), 2, /--beta1/],
       [['--old-logprobs', 'maybe'], ndjson(records), 2, /--old-logprobs/],
     ];
     for (const [extra, input, code, message] of cases) {

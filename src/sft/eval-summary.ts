@@ -1,5 +1,4 @@
-import { readAll } from '../ndjson/index.js';
-import { Trajectory } from '../records/trajectory.js';
+import type { Trajectory } from '../records/trajectory.js';
 
 /** What the SFT stage is judged on, from rollout trajectories of held-out problems. */
 export interface SftEval {
@@ -50,18 +49,4 @@ export function summarize(name: string, trajectories: Trajectory[]): SftEval {
     mean_response_tokens: round(tokens / n),
     finish,
   };
-}
-
-/** `node dist/src/sft/eval-summary.js NAME TRAJECTORIES.jsonl` prints one summary line. */
-if (process.argv[1]?.endsWith('eval-summary.js')) {
-  const [name, file] = process.argv.slice(2);
-  const records = await readAll(file, Trajectory);
-  process.stdout.write(
-    `${JSON.stringify(
-      summarize(
-        name,
-        records.map((r) => r.record),
-      ),
-    )}\n`,
-  );
 }

@@ -1,10 +1,13 @@
-"""One optimiser step (SFT or GRPO) per batch of trajectory-shaped records.
+"""One optimiser step (SFT or GRPO) per batch of trajectory-shaped records, the model resident.
 
-Input: NDJSON records {prompt_ids, response_ids, loss_mask, logprobs?, advantage?}. Without --follow the
-whole input is one batch. With --follow the process stays alive and a line `{"end_batch": true}` or an
-empty line ends each batch, so a 14B model is loaded once, not once per step. Each batch writes a
-checkpoint to --out (HF layout plus optimizer.safetensors with the AdamW moments and
-trainer_state.json with the step count) and prints one Step record.
+Started by the TypeScript driver (src/backend/trainer.ts) as `run.py train --config JSON`: every
+setting comes in that one object, declared with its default in src/backend/train-options.ts; nothing
+is defaulted here. Input on stdin: one JSON record per line {prompt_ids, response_ids, loss_mask,
+logprobs?, advantage?}, already checked by the driver (checkTrainRecord), and a line
+`{"end_batch": true, "lr"?: x, "step"?: n}` closing each batch. Each batch writes a checkpoint to
+`out` (HF layout plus optimizer.safetensors with the AdamW moments and trainer_state.json with the
+step count) and prints one Step record. End of input ends the process; records after the last
+end_batch line are dropped (a step cut short is never trained).
 
 Data parallel under torchrun: rank 0 reads the input and broadcasts each batch; rank r trains on
 records r, r+W, ...; gradients are summed across ranks and every loss is divided by the batch's global
@@ -41,92 +44,40 @@ def pick_device(name="auto"):
     return torch.device("cpu")
 
 
-def _ids(rec, key, where, vocab, allow_empty=True):
-    v = rec.get(key)
-    if not isinstance(v, list):
-        raise DataError(f"{where}: {key}: expected an array of token ids")
-    if not allow_empty and not v:
-        raise DataError(f"{where}: {key}: must not be empty")
-    for i, t in enumerate(v):
-        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
-            raise DataError(f"{where}: {key}.{i}: expected a non-negative integer, got {t!r}")
-        if t >= vocab:
-            raise DataError(f"{where}: {key}.{i}: token id {t} is out of the vocabulary (vocab_size {vocab})")
-    return v
-
-
-def validate(rec, where, vocab, need_advantage, need_logprobs):
-    """Checks one record the way the TypeScript TrainRecord schema does, plus the vocabulary range."""
-    if not isinstance(rec, dict):
-        raise DataError(f"{where}: (record): expected an object")
-    prompt = _ids(rec, "prompt_ids", where, vocab)
-    response = _ids(rec, "response_ids", where, vocab, allow_empty=False)
-    mask = rec.get("loss_mask")
-    if not isinstance(mask, list) or any(m not in (0, 1) or isinstance(m, bool) for m in mask):
-        raise DataError(f"{where}: loss_mask: expected an array of 0 and 1")
-    if len(mask) != len(response):
-        raise DataError(f"{where}: loss_mask: length {len(mask)} differs from response_ids length {len(response)}")
-    lp = rec.get("logprobs")
-    if lp is not None:
-        if not isinstance(lp, list) or len(lp) != len(response):
-            raise DataError(f"{where}: logprobs: expected {len(response)} numbers (one per response token)")
-    elif need_logprobs:
-        raise DataError(f"{where}: logprobs: required by --old-logprobs rollout")
+def sequence(rec):
+    """The trainer's view of one record (checked by the driver: nothing is validated here)."""
     adv = rec.get("advantage")
-    if adv is None and need_advantage:
-        raise DataError(f"{where}: advantage: required by --loss grpo (run `rstar advantage` first)")
-    if adv is not None and (not isinstance(adv, (int, float)) or isinstance(adv, bool)):
-        raise DataError(f"{where}: advantage: expected a number")
-    return {"prompt": prompt, "response": response, "mask": mask, "logprobs": lp,
-            "advantage": float(adv) if adv is not None else 0.0}
+    return {"prompt": rec["prompt_ids"], "response": rec["response_ids"], "mask": rec["loss_mask"],
+            "logprobs": rec.get("logprobs"), "advantage": float(adv) if adv is not None else 0.0}
 
 
 class Batch(list):
-    """The (where, record) pairs of one step, and what its end_batch line set: the learning rate and
-    the step number (`{step}` in --out and --policy), or None."""
+    """The records of one step, and what its end_batch line set: the learning rate and the step
+    number (`{step}` in out and policy), or None."""
 
     lr = None
     step = None
 
 
-def read_batches(stream, source, follow):
-    """Yields a Batch of (where, record) per step. Without follow, everything up to EOF is one batch.
-
-    With follow, an end_batch line may carry "lr": the learning rate of that step, so the process
-    that feeds a resident trainer can own the schedule (e.g. decay over a wall-clock budget)."""
+def read_batches(stream):
+    """Yields a Batch per end_batch line. An end_batch line may carry "lr", the learning rate of that
+    step, so the process that feeds a resident trainer can own the schedule (e.g. decay over a
+    wall-clock budget), and "step"; a numbered step is taken even when empty (every group had equal
+    rewards): its checkpoint and Step record keep the run's numbering, and the engines their version.
+    An empty batch without a step number is skipped. Records after the last end_batch are dropped."""
     batch = Batch()
-    for lineno, line in enumerate(stream, 1):
-        where = f"{source}:{lineno}"
+    for line in stream:
         if not line.strip():
-            if follow and batch:
+            continue
+        rec = json.loads(line)
+        if rec.get("end_batch") is True:
+            if batch or rec.get("step") is not None:
+                batch.lr = rec.get("lr")
+                batch.step = rec.get("step")
                 yield batch
                 batch = Batch()
             continue
-        try:
-            rec = json.loads(line)
-        except ValueError as e:
-            raise DataError(f"{where}: invalid JSON: {e}")
-        if isinstance(rec, dict) and rec.get("end_batch") is True:
-            if rec.get("discard") is True:  # the producer died mid-batch: drop it, train nothing more
-                return
-            lr = rec.get("lr")
-            if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0
-                                   or lr == float("inf")):
-                raise DataError(f"{where}: lr: expected a positive number, got {lr!r}")
-            step = rec.get("step")
-            if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-                raise DataError(f"{where}: step: expected a non-negative integer, got {step!r}")
-            # A numbered step is taken even when empty (every group had equal rewards): its
-            # checkpoint and Step record keep the run's numbering, and the engines their version.
-            if follow and (batch or step is not None):
-                batch.lr = lr
-                batch.step = step
-                yield batch
-                batch = Batch()
-            continue
-        batch.append((where, rec))
-    if batch or not follow:
-        yield batch
+        batch.append(rec)
 
 
 def micro_batches(seqs, budget):
@@ -287,12 +238,9 @@ class Trainer:
         a = self.args
         t0, c0 = time.time(), time.process_time()
         grpo = a.loss == "grpo"
-        seqs = [validate(rec, where, self.cfg.vocab_size, grpo, grpo and a.old_logprobs == "rollout")
-                for where, rec in batch]
+        seqs = [sequence(rec) for rec in batch]
         if not seqs and getattr(batch, "step", None) is not None:
             return self.skip(batch, t0)
-        if not seqs:
-            raise DataError("empty batch: no records to train on")
         n_loss_all = sum(loss_tokens(s) for s in seqs)
         if n_loss_all == 0:
             raise DataError("batch has no loss tokens (every loss_mask is 0)")
@@ -509,73 +457,40 @@ class Trainer:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def parser():
+class Config(dict):
+    """The run's settings by attribute (`cfg.lr`). A key the driver did not send is a missing entry in
+    src/backend/train-options.ts, and says so."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"train config: no '{name}' (declare it in src/backend/train-options.ts)")
+
+
+def read_config(argv):
     p = argparse.ArgumentParser(prog="rstar-backend train")
-    p.add_argument("--loss", choices=["sft", "grpo"], required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--out", required=True, help="checkpoint folder; {step} is replaced by the step number")
-    p.add_argument("--file", default="-")
-    p.add_argument("--follow", action="store_true")
-    p.add_argument("--lr", type=float, default=1e-6)
-    p.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
-    p.add_argument("--warmup-steps", type=int, default=0)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--beta1", type=float, default=0.9)
-    p.add_argument("--beta2", type=float, default=0.999)
-    p.add_argument("--eps", type=float, default=1e-8)
-    p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--clip-low", type=float, default=0.2)
-    p.add_argument("--clip-high", type=float, default=0.28)
-    p.add_argument("--old-logprobs", choices=["recompute", "rollout"], default="recompute")
-    p.add_argument("--kl-coef", type=float, default=0.0)
-    p.add_argument("--ref", default=None)
-    p.add_argument("--entropy-coef", type=float, default=0.0)
-    p.add_argument("--micro-batch-tokens", type=int, default=16384)
-    p.add_argument("--mini-batches", type=int, default=1)
-    p.add_argument("--optimizer-state", choices=["auto", "load", "reset"], default="auto")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--rollout-correction", choices=["token-tis", "seq-mask", "none"], default="token-tis")
-    p.add_argument("--rollout-correction-cap", type=float, default=2.0)
-    p.add_argument("--max-shard-bytes", type=int, default=0)
-    p.add_argument("--policy", default=None)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--seed", type=int, default=0)
-    return p
+    p.add_argument("--config", required=True, type=json.loads,
+                   help="every setting, as one JSON object (src/backend/train-options.ts)")
+    return Config(p.parse_args(argv).config)
 
 
 def main(argv):
-    args = parser().parse_args(argv)
+    cfg = read_config(argv)
     try:
-        trainer = Trainer(args)
+        trainer = Trainer(cfg)
         if trainer.rank == 0:
-            try:
-                stream = sys.stdin if args.file == "-" else open(args.file)
-            except OSError as e:
-                raise DataError(f"{args.file}: {e.strerror}")
-            source = "stdin" if args.file == "-" else args.file
-            batches = read_batches(stream, source, args.follow)
+            batches = read_batches(sys.stdin)
         while True:
-            if trainer.rank == 0:
-                try:
-                    item = [next(batches)]
-                except StopIteration:
-                    item = [None]
-                except DataError as e:
-                    item = [e]
-            else:
-                item = [None]
+            item = [next(batches, None) if trainer.rank == 0 else None]
             if trainer.world > 1:
                 dist.broadcast_object_list(item, src=0)
             if item[0] is None:
                 break
-            if isinstance(item[0], DataError):
-                raise item[0]
             record = trainer.step(item[0])
             if trainer.rank == 0:
                 sys.stdout.write(json.dumps(record) + "\n")
                 sys.stdout.flush()
-            if not args.follow:
-                break
     except (DataError, CheckpointError) as e:
         sys.stderr.write(f"rstar train-step: {e}\n")
         return 1

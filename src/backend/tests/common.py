@@ -11,7 +11,7 @@ import torch  # noqa: E402
 
 from rstar_backend.checkpoint import save_model  # noqa: E402
 from rstar_backend.model import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
-from rstar_backend.train import Trainer, parser  # noqa: E402
+from rstar_backend.train import Config, Trainer  # noqa: E402
 
 SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=8, max_position_embeddings=256, rope_theta=10000.0)
@@ -40,12 +40,21 @@ class TempDirCase(unittest.TestCase):
         save_model(m, self.path(name))
         return self.path(name)
 
-    def trainer(self, model, out, *flags):
-        return Trainer(parser().parse_args(["--model", model, "--out", out, *flags]))
+    def trainer(self, model, out, **settings):
+        return Trainer(Config({**SETTINGS, "model": model, "out": out, **settings}))
+
+
+# The settings these tests train with unless one says otherwise: every key the trainer reads (the
+# driver sends them all; src/backend/train-options.ts declares them and their defaults).
+SETTINGS = dict(loss="sft", lr=1e-6, optimizer="adamw", warmup_steps=0, weight_decay=0.01, beta1=0.9,
+                beta2=0.999, eps=1e-8, max_grad_norm=1.0, clip_low=0.2, clip_high=0.28, old_logprobs="recompute",
+                kl_coef=0.0, ref=None, entropy_coef=0.0, micro_batch_tokens=16384, mini_batches=1,
+                optimizer_state="auto", epochs=1, rollout_correction="token-tis", rollout_correction_cap=2.0,
+                max_shard_bytes=0, policy=None, device="cpu", seed=0)
 
 
 def batch(records):
-    return [(f"test:{i + 1}", r) for i, r in enumerate(records)]
+    return list(records)
 
 
 def write_jsonl(path, records):
