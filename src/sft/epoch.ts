@@ -8,7 +8,7 @@
  * still a random draw from the data, only its members are alike in length.
  */
 import { readFileSync } from 'node:fs';
-import { Rng } from './rng.js';
+import { Rng } from '../random.js';
 
 /**
  * The records (one JSON line each) in epoch order: whole batches of `batch` lines, similar in
