@@ -136,8 +136,9 @@ const USER_ENV: Record<string, string> = {
 
 /**
  * One warm Python interpreter (src/sandbox/zygote.py) that forks a sandboxed child per call.
- * Calls go through one at a time; a length-prefixed JSON protocol on its stdin/stdout keeps
- * user output (which travels on separate pipes) from ever being confused with control data.
+ * Calls go through one at a time over a little-endian binary protocol on its stdin/stdout
+ * (REQUEST_HEADER / RESPONSE_HEADER: a fixed header holding the byte lengths, then the raw code and
+ * stdin, or the kept stdout and stderr), so user output can never be mistaken for control data.
  */
 export class Executor {
   readonly config: ExecutorConfig;
@@ -162,13 +163,11 @@ export class Executor {
       isolate: c.isolate,
       uid: c.uid,
       memory_mb: c.memoryMb,
-      output_chars: c.outputChars,
       output_limit_bytes: c.outputLimitBytes,
       nproc: c.nproc,
       fsize_mb: c.fsizeMb,
       scratch_mb: c.scratchMb,
       scratch_inodes: c.scratchInodes,
-      scratch_dir: c.isolate ? '/tmp' : '/tmp',
       env: USER_ENV,
       preload: c.heavy ? PRELOAD : PRELOAD_LIGHT,
       path: interp.path,
