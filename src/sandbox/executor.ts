@@ -11,19 +11,27 @@ const ZYGOTE = fileURLToPath(new URL('../../../src/sandbox/zygote.py', import.me
 export const PRELOAD_LIGHT = ['math', 'itertools', 'fractions', 'collections', 'functools', 're'];
 export const PRELOAD = [...PRELOAD_LIGHT, 'numpy', 'sympy'];
 
-export interface ExecutorConfig {
+/** The limits every call runs under: options of the service, passed on to each executor. */
+export interface CallLimits {
+  /** Address space a call may add to the warm interpreter, MiB. */
+  memoryMb: number;
+  /** stdout/stderr characters returned (code-judge: 1000). */
+  outputChars: number;
+  /** Output bytes after which a call is killed with `output_limit`. */
+  outputLimitBytes: number;
+  /** Processes + threads per call. */
+  nproc: number;
+  fsizeMb: number;
+  scratchMb: number;
+  scratchInodes: number;
+}
+
+export interface ExecutorConfig extends CallLimits {
   index: number;
   /** Preloads numpy and sympy (light executors fork a much smaller interpreter). */
   heavy: boolean;
   /** Unprivileged uid the calls of this executor run as (its own, so RLIMIT_NPROC is per worker). */
   uid: number;
-  memoryMb: number;
-  outputChars: number;
-  outputLimitBytes: number;
-  nproc: number;
-  fsizeMb: number;
-  scratchMb: number;
-  scratchInodes: number;
   isolate: boolean;
   cgroup?: WorkerCgroup;
 }
