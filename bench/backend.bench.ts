@@ -15,6 +15,7 @@ import { execa } from 'execa';
 import { engineArgs } from '../src/backend/engine.js';
 import { BACKEND_SCRIPT, backendEnv, findPython } from '../src/backend/python.js';
 import { backendTrainArgv, trainOptions } from '../src/backend/train-options.js';
+import { startServer } from '../src/process/serve.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const BIN = join(ROOT, 'bin', 'rstar.js');
@@ -184,27 +185,21 @@ function rssOf(pid: number): { rss_mb: number; peak_rss_mb: number } {
 }
 
 async function engineBench(python: string, model: string, concurrency: number, budget: number) {
-  const child = execa(python, engineArgs({ model, port: 0, maxTotalTokens: budget }), {
+  const server = await startServer({
+    name: 'engine-serve',
+    command: python,
+    args: engineArgs({ model, port: 0, maxTotalTokens: budget }),
     env: backendEnv(),
-    stderr: 'pipe',
-    reject: false,
   });
-  const url = await new Promise<string>((resolve, reject) => {
-    let log = '';
-    child.stderr?.setEncoding('utf8').on('data', (d: string) => {
-      log += d;
-      const m = /listening on (http:\/\/\S+)/.exec(log);
-      if (m) resolve(m[1]);
-    });
-    child.then(() => reject(new Error(`engine exited: ${log}`)));
-  });
+  const { url } = server;
+  const pid = server.pid as number;
   try {
     const r = rng(concurrency);
     const prompt = () => Array.from({ length: ENGINE_PROMPT }, () => 3 + Math.floor(r() * 4000));
     await generate(url, prompt(), 4); // warm-up
     const rounds = concurrency === 1 ? (quick ? 2 : 4) : 1;
     const t0 = performance.now();
-    const cpu0 = cpuOf(child.pid!);
+    const cpu0 = cpuOf(pid);
     let tokens = 0;
     for (let k = 0; k < rounds; k++) {
       const counts = await Promise.all(
@@ -213,7 +208,7 @@ async function engineBench(python: string, model: string, concurrency: number, b
       tokens += counts.reduce((a, b) => a + b, 0);
     }
     const seconds = (performance.now() - t0) / 1000;
-    const cpu = cpuOf(child.pid!) - cpu0;
+    const cpu = cpuOf(pid) - cpu0;
     const info = (await (await fetch(`${url}/get_server_info`)).json()) as { kv_cache_bytes: number };
     const metrics = await (await fetch(`${url}/metrics`)).text();
     const maxUsed = Number(/rstar:max_used_tokens\{[^}]*\} (\S+)/.exec(metrics)?.[1]);
@@ -227,11 +222,10 @@ async function engineBench(python: string, model: string, concurrency: number, b
       cpu_seconds: cpu,
       tokens_per_cpu_s: tokens / cpu,
       kv_cache_mb: info.kv_cache_bytes / 2 ** 20,
-      ...rssOf(child.pid!),
+      ...rssOf(pid),
     };
   } finally {
-    child.kill('SIGTERM');
-    await child;
+    await server.stop();
   }
 }
 

@@ -13,8 +13,8 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
 import { resolveInterpreter } from '../src/sandbox/python.js';
+import { type GuardedServer, startGuardedServer } from '../test/support/guard.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -172,7 +172,7 @@ async function cpuPerCall<T>(
   calls: number,
   work: () => Promise<T>,
 ): Promise<{ value: T; text: string }> {
-  const nodePid = server.child.pid as number;
+  const nodePid = server.pid as number;
   const all0 = server.cpuSeconds();
   const node0 = cpuOf(nodePid);
   const machine0 = machineBusySeconds();
@@ -208,7 +208,7 @@ async function main(): Promise<void> {
     `machine: ${availableParallelism()} CPUs, load average ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}`,
   );
   const server = await startGuardedServer(workers > 0 ? ['--workers', String(workers)] : []);
-  const nodePid = server.child.pid as number;
+  const nodePid = server.pid as number;
   try {
     log(`service: ${JSON.stringify(await (await fetch(`${server.url}/health`)).json())}`);
     await stream(

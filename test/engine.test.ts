@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import {
   copyFileSync,
   existsSync,
@@ -16,6 +15,7 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { execa } from 'execa';
 import { type Engine, startEngine } from '../src/backend/engine.js';
 import { BACKEND_DIR, findPython } from '../src/backend/python.js';
+import { startServer } from '../src/process/serve.js';
 import { BIN, ROOT, rstar, smallConfig } from './helpers.js';
 
 const TINY_TOKENIZER = join(ROOT, 'fixtures', 'tiny', 'tokenizer.json');
@@ -425,25 +425,21 @@ describe('engine-serve: KV budget and weight reload', () => {
 });
 
 describe('engine-serve: the CLI command', () => {
-  test('prints its address, serves, and exits on SIGTERM', async () => {
-    const child = spawn(process.execPath, [BIN, 'engine-serve', '--model', m0, '--port', '0'], {
-      stdio: ['ignore', 'ignore', 'pipe'],
+  test('prints its address, writes --ready-file, serves, and exits 0 on SIGTERM', async () => {
+    const readyFile = join(dir, 'engine.ready');
+    const server = await startServer({
+      name: 'engine-serve',
+      command: process.execPath,
+      args: [BIN, 'engine-serve', '--model', m0, '--port', '0', '--ready-file', readyFile],
     });
-    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
     try {
-      const url = await new Promise<string>((resolve, reject) => {
-        let log = '';
-        child.stderr.setEncoding('utf8').on('data', (d: string) => {
-          log += d;
-          const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
-          if (m) resolve(m[1]);
-        });
-        exited.then(() => reject(new Error(log)));
-      });
-      assert.equal((await fetch(`${url}/health`)).status, 200);
+      assert.match(server.url, /^http:\/\/127\.0\.0\.1:\d+$/);
+      assert.equal((await fetch(`${server.url}/health`)).status, 200);
+      // The ready file is written once the wrapper has seen the line: by now, or a moment later.
+      for (let i = 0; i < 100 && !existsSync(readyFile); i += 1) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(readFileSync(readyFile, 'utf8'), `${server.url}\n`);
     } finally {
-      child.kill('SIGTERM');
-      await exited;
+      assert.deepEqual(await server.stop(), { code: 0, signal: null });
     }
   });
 

@@ -7,9 +7,9 @@
  *
  *   node dist/test/fake-sglang.js '<json FakeOptions>'   → prints `listening on http://…`
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { fileURLToPath } from 'node:url';
+import { type Exit, startServer } from '../src/process/serve.js';
 import { loadTokenizer } from '../src/rollout/tokenizer.js';
 
 export interface FakeOptions {
@@ -165,7 +165,7 @@ async function serve(o: FakeOptions): Promise<void> {
 
 export interface FakeServer {
   url: string;
-  child: ChildProcess;
+  exited: Promise<Exit>;
   stats(): Promise<FakeStats>;
   /** SIGKILL: connections drop mid-request, as when an engine crashes. */
   kill(): Promise<void>;
@@ -174,32 +174,20 @@ export interface FakeServer {
 
 /** Starts the fake server as a child process. */
 export async function startFakeSglang(options: FakeOptions): Promise<FakeServer> {
-  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), JSON.stringify(options)], {
-    stdio: ['ignore', 'ignore', 'pipe'],
+  const server = await startServer({
+    name: 'fake-sglang',
+    command: process.execPath,
+    args: [fileURLToPath(import.meta.url), JSON.stringify(options)],
   });
-  const url = await new Promise<string>((resolve, reject) => {
-    let log = '';
-    child.stderr!.setEncoding('utf8').on('data', (d: string) => {
-      log += d;
-      const m = /listening on (\S+)/.exec(log);
-      if (m) resolve(m[1]);
-    });
-    child.on('exit', (code) => reject(new Error(`fake-sglang exited ${code}: ${log}`)));
-  });
-  const stop = async (signal: NodeJS.Signals) => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((r) => child.once('exit', r));
-    child.kill(signal);
-    await exited;
-  };
+  const url = server.url;
   return {
     url,
-    child,
+    exited: server.exited,
     async stats() {
       return (await (await fetch(`${url}/stats`)).json()) as FakeStats;
     },
-    kill: () => stop('SIGKILL'),
-    close: () => stop('SIGTERM'),
+    kill: async () => void (await server.stop('SIGKILL')),
+    close: async () => void (await server.stop()),
   };
 }
 

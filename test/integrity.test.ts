@@ -5,13 +5,13 @@
  * server, a real `sandbox-serve`, and tiny HTTP servers that fail the way a sandbox service can.
  */
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { groupAdvantages } from '../src/algo/advantage.js';
+import { type ChildServer, startServer } from '../src/process/serve.js';
 import { Trajectory } from '../src/records/trajectory.js';
 import { loadProtocol, type ProtocolContext, rollout, SglangClient } from '../src/rollout/index.js';
 import { SandboxClient } from '../src/sandbox/client.js';
@@ -65,22 +65,12 @@ function perSubId(seen: string[][]): Map<string, number> {
 }
 
 /** `rstar sandbox-serve` with a token, as its own process. */
-async function tokenSandbox(token: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(
-    process.execPath,
-    [BIN, 'sandbox-serve', '--port', '0', '--workers', '1', '--token', token],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  );
-  const url = await new Promise<string>((resolve, reject) => {
-    let err = '';
-    child.stderr?.setEncoding('utf8').on('data', (d: string) => {
-      err += d;
-      const m = /listening on (http:\/\/\S+)/.exec(err);
-      if (m) resolve(m[1]);
-    });
-    child.once('exit', () => reject(new Error(`sandbox-serve exited: ${err}`)));
+function tokenSandbox(token: string): Promise<ChildServer & { url: string }> {
+  return startServer({
+    name: 'sandbox-serve',
+    command: process.execPath,
+    args: [BIN, 'sandbox-serve', '--port', '0', '--workers', '1', '--token', token],
   });
-  return { url, child };
 }
 
 describe('reward integrity in rollout, eval, roc-filter and advantage', () => {
@@ -309,14 +299,9 @@ describe('reward integrity in rollout, eval, roc-filter and advantage', () => {
   });
 
   it('a wrong or missing sandbox token is a clear error naming the URL', async () => {
-    const { url, child } = await tokenSandbox('s3cret');
-    servers.push({
-      close: () =>
-        new Promise<void>((resolve) => {
-          child.once('exit', () => resolve());
-          child.kill('SIGTERM');
-        }),
-    });
+    const sandbox = await tokenSandbox('s3cret');
+    const { url } = sandbox;
+    servers.push({ close: async () => void (await sandbox.stop()) });
     const engine = await fake([CALL, ANSWER]);
     const file = join(dir, 'auth-problems.jsonl');
     writeFileSync(file, ndjson(problems(1)));

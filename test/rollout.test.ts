@@ -162,7 +162,7 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
         scrapeMs: 200,
       }),
     );
-    assert.equal(a.child.signalCode, 'SIGKILL');
+    assert.equal((await a.exited).signal, 'SIGKILL');
     const ids = out.map((t) => t.id).sort();
     assert.equal(new Set(ids).size, 20);
     assert.equal(ids.length, 20);

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { createClient } from 'redis';
-import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
+import { type ChildServer, startServer } from '../src/process/serve.js';
+import { type GuardedServer, startGuardedServer } from './support/guard.js';
 
 type Result = { sub_id: string; success: boolean; run_success: boolean; reason: string; stdout: string };
 
@@ -18,22 +18,15 @@ function freePort(): Promise<number> {
   });
 }
 
-async function startRedis(port: number): Promise<ChildProcess> {
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  let log = '';
-  child.stdout?.setEncoding('utf8').on('data', (t: string) => {
-    log += t;
+function startRedis(port: number): Promise<ChildServer> {
+  return startServer({
+    name: 'redis-server',
+    command: 'redis-server',
+    args: ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    ready: /Ready to accept connections/,
+    readyOn: 'stdout',
+    readyTimeoutMs: 10_000,
   });
-  for (let i = 0; i < 100 && !/Ready to accept connections/.test(log); i += 1)
-    await new Promise((r) => setTimeout(r, 50));
-  assert.match(log, /Ready to accept connections/);
-  return child;
 }
 
 async function batch(url: string, submissions: unknown[]): Promise<Result[]> {
@@ -50,7 +43,7 @@ const metric = async (url: string, pattern: RegExp) =>
   Number(pattern.exec(await (await fetch(`${url}/metrics`)).text())?.[1] ?? 0);
 
 describe('sandbox-serve --redis: several workers share one queue', () => {
-  let redis: ChildProcess;
+  let redis: ChildServer;
   let redisUrl = '';
   let a: GuardedServer;
   let b: GuardedServer;
@@ -63,8 +56,7 @@ describe('sandbox-serve --redis: several workers share one queue', () => {
   });
   after(async () => {
     await Promise.all([a?.stop(), b?.stop()]);
-    redis?.kill('SIGTERM');
-    await new Promise((r) => redis.once('exit', r));
+    await redis?.stop();
   });
 
   test('calls sent to one server are worked by both, answered in order', async () => {

@@ -4,10 +4,10 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { SandboxClient } from '../src/sandbox/client.js';
-import { type GuardedServer, startGuardedServer } from '../src/sandbox/guard.js';
 import { resolveInterpreter } from '../src/sandbox/python.js';
 import { fixed2, formatToolResponse, truncateMiddle } from '../src/sandbox/tool-response.js';
 import { lines, ndjson, ROOT, rstar } from './helpers.js';
+import { type GuardedServer, startGuardedServer } from './support/guard.js';
 
 type Result = {
   sub_id: string | number | null;
@@ -490,11 +490,7 @@ describe('overload, auth and shutdown', () => {
     } finally {
       assert.deepEqual(await capped.stop(), []);
     }
-    assert.equal(
-      existsSync(`/sys/fs/cgroup/cpu/rstar-sandbox-${capped.child.pid}`),
-      false,
-      'cpu group removed',
-    );
+    assert.equal(existsSync(`/sys/fs/cgroup/cpu/rstar-sandbox-${capped.pid}`), false, 'cpu group removed');
   });
 
   test('a bearer token is required when set; /health stays open', async () => {

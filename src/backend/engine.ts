@@ -1,4 +1,4 @@
-import { execa, type ResultPromise } from 'execa';
+import { startServer } from '../process/serve.js';
 import { BACKEND_SCRIPT, backendEnv, findPython } from './python.js';
 
 export interface EngineOptions {
@@ -34,50 +34,21 @@ export function engineArgs(options: EngineOptions & { host?: string }): string[]
 }
 
 /**
- * Starts `engine-serve` as a child process on 127.0.0.1 and resolves once it prints its
- * `listening on` line; rejects with the server's own error (e.g. not a checkpoint) if it exits first.
+ * Starts `engine-serve`'s Python server as a child process on 127.0.0.1 and resolves once it
+ * listens; rejects with the server's own error (e.g. not a checkpoint) if it exits first.
  */
 export async function startEngine(options: EngineOptions): Promise<Engine> {
-  const python = await findPython();
-  const child: ResultPromise = execa(python, engineArgs(options), {
+  const server = await startServer({
+    name: 'engine-serve',
+    command: await findPython(),
+    args: engineArgs(options),
     env: backendEnv(),
-    stdin: 'ignore',
-    stdout: 'ignore',
-    stderr: 'pipe',
-    reject: false,
-    cleanup: true,
+    killAfterMs: 5000,
   });
-  let log = '';
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stderr?.setEncoding('utf8');
-    const onData = (chunk: string) => {
-      log += chunk;
-      const m = /listening on (http:\/\/\S+)/.exec(log);
-      if (m) {
-        child.stderr?.off('data', onData);
-        child.stderr?.resume(); // keep draining so a chatty server never blocks on a full pipe
-        resolve(m[1]);
-      }
-    };
-    child.stderr?.on('data', onData);
-    child.then((result) => {
-      const text = log.trim() || String(result.stderr ?? '');
-      reject(
-        new Error(`engine-serve exited (${result.exitCode ?? result.signal}) before listening: ${text}`),
-      );
-    });
-  });
-  let closed: Promise<void> | undefined;
   return {
-    url,
-    close() {
-      closed ??= (async () => {
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
-        await child;
-        clearTimeout(timer);
-      })();
-      return closed;
+    url: server.url,
+    close: async () => {
+      await server.stop();
     },
   };
 }

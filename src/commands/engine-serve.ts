@@ -1,7 +1,7 @@
-import { execa } from 'execa';
 import { engineArgs } from '../backend/engine.js';
 import { backendEnv, findPython } from '../backend/python.js';
 import { UsageError } from '../errors.js';
+import { spawnServer, writeReadyFile } from '../process/serve.js';
 import { choice, integer, parse, program } from '../program.js';
 
 export async function run(argv: string[]): Promise<void> {
@@ -29,7 +29,8 @@ export async function run(argv: string[]): Promise<void> {
         'auto',
       ),
     )
-    .option('--device <name>', 'auto (the first GPU, else the CPU), cpu, cuda or cuda:N', 'auto');
+    .option('--device <name>', 'auto (the first GPU, else the CPU), cpu, cuda or cuda:N', 'auto')
+    .option('--ready-file <file>', 'write the URL to FILE once listening (for scripts)');
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<{
     model: string;
@@ -40,20 +41,41 @@ export async function run(argv: string[]): Promise<void> {
     weightVersion: string;
     dtype: string;
     device: string;
+    readyFile?: string;
   }>();
   if (o.port > 65535) throw new UsageError('--port: expected 0..65535');
   const python = await findPython();
-  // The server prints `listening on http://HOST:PORT` on stderr itself; its errors too (no double report).
-  const child = execa(python, [...engineArgs(o), '--dtype', o.dtype, '--device', o.device], {
+  // The server prints `listening on http://HOST:PORT` and its own errors on stderr, passed through
+  // as they come (no double report); the wrapper only watches for that line.
+  const server = spawnServer({
+    name: 'engine-serve',
+    command: python,
+    args: [...engineArgs(o), '--dtype', o.dtype, '--device', o.device],
     env: backendEnv(),
-    stdio: 'inherit',
-    reject: false,
+    echo: true,
+    readyTimeoutMs: 0,
   });
-  const forward = (signal: NodeJS.Signals) => () => child.kill(signal);
+  const forward = (signal: NodeJS.Signals) => () => void server.stop(signal);
   const onInt = forward('SIGINT');
   const onTerm = forward('SIGTERM');
   process.on('SIGINT', onInt).on('SIGTERM', onTerm);
-  const result = await child;
+  let failure: unknown;
+  const readyFile = o.readyFile;
+  if (readyFile) {
+    server.ready.then(
+      (url) => {
+        try {
+          writeReadyFile(readyFile, url);
+        } catch (error) {
+          failure = error;
+          void server.stop();
+        }
+      },
+      () => {},
+    );
+  }
+  const exit = await server.exited;
   process.off('SIGINT', onInt).off('SIGTERM', onTerm);
-  if (result.exitCode !== 0 && result.exitCode !== undefined) process.exitCode = result.exitCode;
+  if (failure) throw failure;
+  if (exit.code !== 0 && exit.code !== null) process.exitCode = exit.code;
 }

@@ -1,4 +1,5 @@
 import { UsageError } from '../errors.js';
+import { writeReadyFile } from '../process/serve.js';
 import { integer, number, parse, program } from '../program.js';
 import { defaultOptions, LocalPool, type Runner } from '../sandbox/pool.js';
 import { createSandboxServer, listen } from '../sandbox/server.js';
@@ -21,7 +22,8 @@ export async function run(argv: string[]): Promise<void> {
       number(0.01, 4096),
     )
     .option('--redis <url>', 'share one Redis queue with other sandbox-serve processes')
-    .option('--token <token>', 'require `Authorization: Bearer TOKEN` (env RSTAR_SANDBOX_TOKEN)');
+    .option('--token <token>', 'require `Authorization: Bearer TOKEN` (env RSTAR_SANDBOX_TOKEN)')
+    .option('--ready-file <file>', 'write the URL to FILE once listening (for scripts)');
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<{
     host: string;
@@ -35,6 +37,7 @@ export async function run(argv: string[]): Promise<void> {
     cpus?: number;
     redis?: string;
     token?: string;
+    readyFile?: string;
   }>();
   const token = o.token ?? process.env.RSTAR_SANDBOX_TOKEN;
   if (!LOOPBACK.has(o.host) && !token) {
@@ -103,7 +106,16 @@ export async function run(argv: string[]): Promise<void> {
     `sandbox-serve: ${options.workers} workers, isolation: ${pool.isolation.reason}; limits: ${pool.cgroupKind}`,
   );
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  log(`listening on http://${host}:${address.port}`);
+  const url = `http://${host}:${address.port}`;
+  log(`listening on ${url}`);
+  if (o.readyFile) {
+    try {
+      writeReadyFile(o.readyFile, url);
+    } catch (error) {
+      await shutdown();
+      throw error;
+    }
+  }
   process.removeAllListeners('SIGTERM');
   process.removeAllListeners('SIGINT');
   await new Promise<void>((resolve) => {

@@ -4,12 +4,12 @@ import { fileURLToPath } from 'node:url';
 import { UsageError } from '../errors.js';
 import { type NdjsonWriter, openOutput } from '../ndjson/index.js';
 import { integer, number, parse, program } from '../program.js';
+import { Rng } from '../random.js';
 import { loadProtocol } from '../rollout/protocol.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { ConversationRenderer } from '../sft/conversation.js';
 import { CURRICULA, demonstrations, problemOf, split } from '../sft/curriculum/index.js';
 import type { SftRecord } from '../sft/record.js';
-import { Rng } from '../sft/rng.js';
 import { emptyStats, readSources } from '../sft/sources/index.js';
 import { embeddedRunner, pythonRunner, sandboxRunner, type ToolRunner } from '../sft/tool-runner.js';
 

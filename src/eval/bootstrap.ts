@@ -2,8 +2,8 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { DataError } from '../errors.js';
 import { openInput, parseLine, readLines } from '../ndjson/index.js';
+import { seededRandom } from '../random.js';
 import { EvalProblem } from '../records/eval.js';
-import { seededRandom } from './rng.js';
 
 /** A difference B - A of a per-problem mean, with its paired bootstrap interval. */
 export interface PairedInterval {

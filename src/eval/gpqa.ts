@@ -1,7 +1,7 @@
 import { DataError } from '../errors.js';
+import { seededRandom, shuffled } from '../random.js';
 import type { Problem } from '../records/problem.js';
 import { parseCsv } from './csv.js';
-import { seededRandom, shuffled } from './rng.js';
 
 export const LETTERS = ['A', 'B', 'C', 'D'] as const;
 

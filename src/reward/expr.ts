@@ -24,7 +24,8 @@ type Tok =
   | { k: 'cmd'; name: string }
   | { k: 'op'; v: string };
 
-const FUNCTIONS = new Set([
+/** Function names read as LaTeX commands (`\sin x`) and as plain text (`sin(x)`, `sin x`). */
+const FUNCTION_NAMES = [
   'sin',
   'cos',
   'tan',
@@ -40,9 +41,9 @@ const FUNCTIONS = new Set([
   'ln',
   'log',
   'exp',
-  'floor',
-  'ceil',
-]);
+];
+/** `\floor` and `\ceil` are functions; plain `floor` stays a run of symbols. */
+const FUNCTIONS = new Set([...FUNCTION_NAMES, 'floor', 'ceil']);
 const GREEK = new Set([
   'alpha',
   'beta',
@@ -107,26 +108,8 @@ const IGNORED = new Set([
   'limits',
   'overline',
 ]);
-const PLAIN_NAMES = [
-  'arcsin',
-  'arccos',
-  'arctan',
-  'sqrt',
-  'sinh',
-  'cosh',
-  'tanh',
-  'sin',
-  'cos',
-  'tan',
-  'sec',
-  'csc',
-  'cot',
-  'exp',
-  'log',
-  'ln',
-  'pi',
-  'inf',
-];
+/** Words read without a backslash; at most one matches at a position (see tokenize), so order is free. */
+const PLAIN_NAMES = [...FUNCTION_NAMES, 'sqrt', 'pi', 'inf'];
 
 /** Operators written another way: a ratio `7:32` is the quotient; U+2212 is a minus. */
 const OP_ALIASES: Record<string, string | undefined> = { ':': '/', '−': '-' };

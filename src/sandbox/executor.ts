@@ -11,19 +11,27 @@ const ZYGOTE = fileURLToPath(new URL('../../../src/sandbox/zygote.py', import.me
 export const PRELOAD_LIGHT = ['math', 'itertools', 'fractions', 'collections', 'functools', 're'];
 export const PRELOAD = [...PRELOAD_LIGHT, 'numpy', 'sympy'];
 
-export interface ExecutorConfig {
+/** The limits every call runs under: options of the service, passed on to each executor. */
+export interface CallLimits {
+  /** Address space a call may add to the warm interpreter, MiB. */
+  memoryMb: number;
+  /** stdout/stderr characters returned (code-judge: 1000). */
+  outputChars: number;
+  /** Output bytes after which a call is killed with `output_limit`. */
+  outputLimitBytes: number;
+  /** Processes + threads per call. */
+  nproc: number;
+  fsizeMb: number;
+  scratchMb: number;
+  scratchInodes: number;
+}
+
+export interface ExecutorConfig extends CallLimits {
   index: number;
   /** Preloads numpy and sympy (light executors fork a much smaller interpreter). */
   heavy: boolean;
   /** Unprivileged uid the calls of this executor run as (its own, so RLIMIT_NPROC is per worker). */
   uid: number;
-  memoryMb: number;
-  outputChars: number;
-  outputLimitBytes: number;
-  nproc: number;
-  fsizeMb: number;
-  scratchMb: number;
-  scratchInodes: number;
   isolate: boolean;
   cgroup?: WorkerCgroup;
 }
@@ -136,8 +144,9 @@ const USER_ENV: Record<string, string> = {
 
 /**
  * One warm Python interpreter (src/sandbox/zygote.py) that forks a sandboxed child per call.
- * Calls go through one at a time; a length-prefixed JSON protocol on its stdin/stdout keeps
- * user output (which travels on separate pipes) from ever being confused with control data.
+ * Calls go through one at a time over a little-endian binary protocol on its stdin/stdout
+ * (REQUEST_HEADER / RESPONSE_HEADER: a fixed header holding the byte lengths, then the raw code and
+ * stdin, or the kept stdout and stderr), so user output can never be mistaken for control data.
  */
 export class Executor {
   readonly config: ExecutorConfig;
@@ -162,13 +171,11 @@ export class Executor {
       isolate: c.isolate,
       uid: c.uid,
       memory_mb: c.memoryMb,
-      output_chars: c.outputChars,
       output_limit_bytes: c.outputLimitBytes,
       nproc: c.nproc,
       fsize_mb: c.fsizeMb,
       scratch_mb: c.scratchMb,
       scratch_inodes: c.scratchInodes,
-      scratch_dir: c.isolate ? '/tmp' : '/tmp',
       env: USER_ENV,
       preload: c.heavy ? PRELOAD : PRELOAD_LIGHT,
       path: interp.path,

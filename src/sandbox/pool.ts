@@ -1,26 +1,21 @@
 import { availableParallelism } from 'node:os';
 import type { Submission, SubmissionResult } from '../records/sandbox.js';
 import { type CgroupManager, cgroupManager } from './cgroup.js';
-import { Executor, type ExecutorConfig, isolationSupport, type RawRequest } from './executor.js';
+import {
+  type CallLimits,
+  Executor,
+  type ExecutorConfig,
+  isolationSupport,
+  type RawRequest,
+} from './executor.js';
 import { submissionKey } from './key.js';
 import { Metrics } from './metrics.js';
 import { failure, toResult } from './result.js';
 
-export interface SandboxOptions {
+export interface SandboxOptions extends CallLimits {
   workers: number;
   /** Wall-clock limit per call, seconds (CPU time is limited to this + 1 s). */
   timeoutS: number;
-  /** Address space a call may add to the warm interpreter, MiB. */
-  memoryMb: number;
-  /** stdout/stderr characters returned (code-judge: 1000). */
-  outputChars: number;
-  /** Output bytes after which a call is killed with `output_limit`. */
-  outputLimitBytes: number;
-  /** Processes + threads per call. */
-  nproc: number;
-  fsizeMb: number;
-  scratchMb: number;
-  scratchInodes: number;
   /** Short calls (`/run`, `/run/batch`) waiting longer than this get `queue_timeout`. */
   queueTimeoutS: number;
   /** Long calls (`/run/long-batch`, stream) wait up to this long (code-judge: 1 hour). */
@@ -54,6 +49,11 @@ export function defaultOptions(overrides: Partial<SandboxOptions> = {}): Sandbox
     log: () => {},
     ...overrides,
   };
+}
+
+function callLimits(o: CallLimits): CallLimits {
+  const { memoryMb, outputChars, outputLimitBytes, nproc, fsizeMb, scratchMb, scratchInodes } = o;
+  return { memoryMb, outputChars, outputLimitBytes, nproc, fsizeMb, scratchMb, scratchInodes };
 }
 
 interface Job {
@@ -184,13 +184,7 @@ export class LocalPool implements Runner {
         index,
         heavy,
         uid: uidBase + index,
-        memoryMb: o.memoryMb,
-        outputChars: o.outputChars,
-        outputLimitBytes: o.outputLimitBytes,
-        nproc: o.nproc,
-        fsizeMb: o.fsizeMb,
-        scratchMb: o.scratchMb,
-        scratchInodes: o.scratchInodes,
+        ...callLimits(o),
         isolate: this.isolation.isolate,
         cgroup,
       };

@@ -1,5 +1,6 @@
 # The warm executor of `rstar sandbox-serve`, started once per worker by src/sandbox/executor.ts
-# (inside bubblewrap when available) as `python -c <this file> <config-json>`.
+# (inside bubblewrap when available) as `python -c <this file> <config>`, the config a Python
+# literal (read with ast.literal_eval: the executor does not import json).
 #
 # It imports what model code uses (sympy, numpy, ...) once, then for each request forks a fresh
 # child that runs the code, so a call costs a fork instead of an interpreter start and a sympy
@@ -350,7 +351,7 @@ def enter_sandbox(scratch):
         check(MOUNT(b'proc', b'/proc', b'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC, None), 'mount proc')
         if HAS_SHM:
             check(MOUNT(b'tmpfs', b'/dev/shm', b'tmpfs', MS_NOSUID | MS_NODEV, b'size=16m,nr_inodes=64,mode=1777'), 'mount shm')
-        os.chdir(CONFIG['scratch_dir'])
+        os.chdir('/tmp')  # the scratch tmpfs just mounted
     else:
         os.setsid()
         os.chdir(scratch)

@@ -7,7 +7,7 @@
  * window and cut into batches, and the batches of all windows are shuffled again: every batch is
  * still a random draw from the data, only its members are alike in length.
  */
-import { Rng } from './rng.js';
+import { Rng } from '../random.js';
 
 /** A record's line: the text itself, or a line of input that keeps its `FILE:LINE`. */
 type Line = string | { readonly text: string };

@@ -1,4 +1,4 @@
-import type { Rng } from '../rng.js';
+import type { Rng } from '../../random.js';
 
 /**
  * One synthetic task: the problem text, its exact answer (computed here with BigInt, independent

@@ -1,10 +1,10 @@
 import { DataError, UsageError } from '../../errors.js';
+import { fnv1a, Rng } from '../../random.js';
 import type { Problem } from '../../records/problem.js';
 import type { SubmissionResult } from '../../records/sandbox.js';
 import { scriptedTrajectory } from '../../rollout/agent.js';
 import type { ConversationRenderer } from '../conversation.js';
 import type { SftRecord } from '../record.js';
-import { fnv1a, Rng } from '../rng.js';
 import type { ToolRunner } from '../tool-runner.js';
 import { brokenCode, CURRICULA, family, type Task } from './families.js';
 

@@ -1,18 +1,21 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { startServer } from '../../src/process/serve.js';
 
+/** bin/rstar.js, from dist/test/support/guard.js. */
 const BIN = fileURLToPath(new URL('../../../bin/rstar.js', import.meta.url));
 
 /**
  * A `sandbox-serve` process started inside its own cgroup (v1 pids + memory, when available) so
  * that a sandbox bug under test or benchmark cannot take the host down; the sandbox's per-worker
- * cgroups nest inside it. Used by the tests and the benchmark.
+ * cgroups nest inside it. Used by the sandbox tests and bench/sandbox.bench.ts.
  */
 export interface GuardedServer {
   url: string;
-  child: ChildProcess;
+  /** The sandbox-serve process. */
+  pid: number | undefined;
+  /** The last 20,000 characters of its stderr. */
   stderr: () => string;
   /** Pids still inside the guard (the server and everything it started). */
   pids(): number[];
@@ -85,9 +88,10 @@ export async function startGuardedServer(
   );
   const procs = dirs.map((d) => join(d, 'cgroup.procs')).join(' ');
   const script = 'for f in $RSTAR_GUARD; do echo $$ > "$f" || exit 97; done; exec "$@"';
-  const child = spawn(
-    '/bin/sh',
-    [
+  const server = await startServer({
+    name: 'sandbox-serve',
+    command: '/bin/sh',
+    args: [
       '-c',
       script,
       'guard',
@@ -100,31 +104,18 @@ export async function startGuardedServer(
       '0',
       ...args,
     ],
-    { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...guard.env, RSTAR_GUARD: procs } },
-  );
-  let log = '';
-  child.stderr?.setEncoding('utf8').on('data', (text: string) => {
-    log = (log + text).slice(-20_000);
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setInterval(() => {
-      const match = /listening on (http:\/\/\S+)/.exec(log);
-      if (match) {
-        clearInterval(timer);
-        resolve(match[1]);
-      }
-    }, 20);
-    child.once('exit', (code, signal) => {
-      clearInterval(timer);
-      reject(new Error(`sandbox-serve exited (${signal ?? code}):\n${log}`));
-    });
+    env: { ...process.env, ...guard.env, RSTAR_GUARD: procs },
+    killAfterMs: 30_000,
+  }).catch((error: unknown) => {
+    for (const dir of dirs) removeTree(dir);
+    throw error;
   });
   const pids = () => [...new Set(dirs.flatMap(pidsIn))];
   const cpuacct = dirs.find((d) => d.includes('/cpuacct/'));
   return {
-    url,
-    child,
-    stderr: () => log,
+    url: server.url,
+    pid: server.pid,
+    stderr: server.output,
     pids,
     cpuSeconds: () => {
       try {
@@ -134,16 +125,7 @@ export async function startGuardedServer(
       }
     },
     async stop(signal: NodeJS.Signals = 'SIGTERM') {
-      if (child.exitCode === null && child.signalCode === null) {
-        await new Promise<void>((resolve) => {
-          const force = setTimeout(() => child.kill('SIGKILL'), 30_000);
-          child.once('exit', () => {
-            clearTimeout(force);
-            resolve();
-          });
-          child.kill(signal);
-        });
-      }
+      await server.stop(signal);
       // Processes exit asynchronously after their parent; give the kernel a moment.
       let left = pids();
       for (let i = 0; i < 40 && left.length > 0; i += 1) {
