@@ -15,6 +15,8 @@
 #   RSTAR_DEMO_STAGES ["30 30 20"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["256 384 384"] their budgets
 #   RSTAR_DEMO_PROBLEMS [16] problems per step   RSTAR_DEMO_KEEP [4] G (2G rollouts per problem)
 #   RSTAR_DEMO_LR [3e-4]   RSTAR_DEMO_MINI_BATCHES [2]   RSTAR_DEMO_DOWN_SAMPLE [roc; none: plain GRPO]
+#   RSTAR_DEMO_DYNAMIC [2: dynamic sampling, up to 2x the problems until every step has B mixed groups;
+#     1: off] (docs/experiments/2026-12-02-dynamic-sampling.md)
 #   RSTAR_DEMO_EVAL_N [4] samples per held-out problem for the SFT and final evaluations
 #   RSTAR_DEMO_CURVE_N [2] samples per held-out problem after stages 1 and 2 (the curve; 0: skip)
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
@@ -82,6 +84,7 @@ export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE=$ENGINE RSTAR_RL_SANDBOX=$SANDBO
 export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
 export RSTAR_RL_LR=${RSTAR_DEMO_LR:-3e-4} RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
+export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2}
 first=1
 last=0
 for stage in 1 2 3; do

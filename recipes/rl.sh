@@ -22,7 +22,8 @@
 #   RSTAR_RL_DOWN_SAMPLE [roc]  roc: keep G of 2G (GRPO-RoC); none: keep all N (plain GRPO, same budget)
 #   RSTAR_RL_LR [3e-4]  RSTAR_RL_MINI_BATCHES [2]  RSTAR_RL_EPOCHS [1]  RSTAR_RL_MAX_TOKENS [384]
 #   RSTAR_RL_MAX_TURNS [3]  RSTAR_RL_TEMPERATURE [1]  RSTAR_RL_STALENESS [0: on-policy; 1: one-step-off]
-#   RSTAR_RL_DYNAMIC [1: off; X: refill up to X*B problems until B groups are mixed]
+#   RSTAR_RL_DYNAMIC [2: refill up to 2*B problems until B groups are mixed, so every update sees a
+#                       full batch; 1: off]
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
 #   RSTAR_RL_TRAIN_ARGS [extra train-step flags]
 #   RSTAR_RL_ENGINE / RSTAR_RL_SANDBOX  running servers to use (default: start engine-serve and
@@ -53,7 +54,7 @@ MAX_TOKENS=${RSTAR_RL_MAX_TOKENS:-384}
 MAX_TURNS=${RSTAR_RL_MAX_TURNS:-3}
 TEMPERATURE=${RSTAR_RL_TEMPERATURE:-1}
 STALENESS=${RSTAR_RL_STALENESS:-0}
-DYNAMIC=${RSTAR_RL_DYNAMIC:-1}
+DYNAMIC=${RSTAR_RL_DYNAMIC:-2}
 SEED=${RSTAR_RL_SEED:-0}
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 TOKENIZER=${RSTAR_RL_TOKENIZER:-$MODEL}
