@@ -1,5 +1,4 @@
 import { writeFileSync } from 'node:fs';
-import { Option } from 'commander';
 import { type Baseline, groupAdvantages } from '../algo/advantage.js';
 import {
   appendField,
@@ -11,7 +10,8 @@ import {
   scoredMembers,
 } from '../algo/group.js';
 import { openOutput } from '../ndjson/index.js';
-import { integer, interactive, number, parse, program } from '../program.js';
+import { choice, interactive, number, parse, program } from '../program.js';
+import { groupStageOptions } from './group-options.js';
 
 interface Item {
   /** The input line (without any `advantage` it already had), to which the new one is appended. */
@@ -33,25 +33,17 @@ export async function run(argv: string[]): Promise<void> {
   const cmd = program('advantage', "GRPO group advantages, as verl's compute_grpo_outcome_advantage")
     .argument('[file]', 'trajectories (NDJSON); stdin when absent or -')
     .addOption(
-      new Option('--baseline <kind>', 'mean: GRPO group mean; loo: RLOO leave-one-out mean')
-        .choices(['mean', 'loo'])
-        .default('mean'),
+      choice(
+        '--baseline <kind>',
+        'mean: GRPO group mean; loo: RLOO leave-one-out mean',
+        ['mean', 'loo'],
+        'mean',
+      ),
     )
     .option('--no-std', 'do not divide by the group std (Dr. GRPO)')
     .option('--epsilon <x>', 'added to the std before dividing', number(0), 1e-6)
-    .option('--group-size <n>', 'rollouts per problem: emit each group once complete', integer(1))
-    .option(
-      '--max-error-share <x>',
-      'fail when more than this share of records failed for infrastructure reasons (finish error)',
-      number(0, 1),
-    )
-    .option('--stats <file>', 'write the JSON stats line to FILE (default: stderr, when there is news)')
-    .option(
-      '--threads <n>',
-      'worker threads parsing large inputs (default 0: the main thread only)',
-      integer(0),
-      0,
-    );
+    .option('--stats <file>', 'write the JSON stats line to FILE (default: stderr, when there is news)');
+  groupStageOptions(cmd);
   if (!parse(cmd, argv)) return;
   const opts = cmd.opts<{
     baseline: Baseline;

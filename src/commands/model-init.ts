@@ -1,8 +1,7 @@
-import { Option } from 'commander';
 import { execa } from 'execa';
 import { BACKEND_SCRIPT, backendEnv, backendMessage, findPython } from '../backend/python.js';
 import { DataError } from '../errors.js';
-import { integer, parse, program } from '../program.js';
+import { choice, integer, parse, program } from '../program.js';
 
 export async function run(argv: string[]): Promise<void> {
   const cmd = program('model-init', 'randomly initialised Qwen3-architecture checkpoint (HF layout)')
@@ -13,12 +12,12 @@ export async function run(argv: string[]): Promise<void> {
     .requiredOption('--out <dir>', 'checkpoint folder to write')
     .option('--seed <n>', 'initialisation seed', integer(0), 0)
     .addOption(
-      new Option(
+      choice(
         '--init <scheme>',
         'normal: N(0, initializer_range); induction: heads above the first layer start as copying heads',
-      )
-        .choices(['normal', 'induction'])
-        .default('normal'),
+        ['normal', 'induction'],
+        'normal',
+      ),
     )
     .option(
       '--max-shard-bytes <n>',

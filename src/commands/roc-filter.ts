@@ -1,5 +1,4 @@
 import { writeFileSync } from 'node:fs';
-import { Option } from 'commander';
 import {
   appendField,
   errorShareGate,
@@ -19,7 +18,8 @@ import {
   rocSelect,
 } from '../algo/roc.js';
 import { openOutput } from '../ndjson/index.js';
-import { integer, number, parse, program } from '../program.js';
+import { choice, integer, parse, program } from '../program.js';
+import { groupStageOptions } from './group-options.js';
 
 interface Scored extends ScoredText {
   /** The input line (without any `penalty` it already had), to which the new penalty is appended. */
@@ -69,29 +69,24 @@ export async function run(argv: string[]): Promise<void> {
     .option('--min-neg <n>', 'minimum negative (reward <= 0) rollouts kept', integer(0), 2)
     .option('--no-reject-equal', 'keep groups whose rewards are all equal')
     .addOption(
-      new Option('--positives <how>', 'sorted: lowest penalty first; weighted: sample by penalty')
-        .choices(['sorted', 'weighted'])
-        .default('sorted'),
+      choice(
+        '--positives <how>',
+        'sorted: lowest penalty first; weighted: sample by penalty',
+        ['sorted', 'weighted'],
+        'sorted',
+      ),
     )
     .option('--seed <n>', 'seed of --positives weighted', integer(0), 0)
     .addOption(
-      new Option('--penalty <which>', 'penalties summed into total (rstar = tool-error + format)')
-        .choices([...PENALTY_MODES])
-        .default('rstar'),
+      choice(
+        '--penalty <which>',
+        'penalties summed into total (rstar = tool-error + format)',
+        PENALTY_MODES,
+        'rstar',
+      ),
     )
-    .option('--group-size <n>', 'rollouts per problem: emit each group once complete', integer(1))
-    .option('--stats <file>', 'write the JSON summary to FILE instead of stderr')
-    .option(
-      '--max-error-share <x>',
-      'fail when more than this share of records failed for infrastructure reasons (finish error)',
-      number(0, 1),
-    )
-    .option(
-      '--threads <n>',
-      'worker threads parsing large inputs (default 0: the main thread only)',
-      integer(0),
-      0,
-    );
+    .option('--stats <file>', 'write the JSON summary to FILE instead of stderr');
+  groupStageOptions(cmd);
   if (!parse(cmd, argv)) return;
   const opts = cmd.opts<{
     keep: number;
