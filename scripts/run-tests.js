@@ -2,7 +2,7 @@
 // Runs every compiled test file under dist/test with node's test runner.
 // Usage: node scripts/run-tests.js [substring ...]  (only files whose path contains one of them)
 import { spawnSync } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 function walk(dir) {
@@ -12,8 +12,12 @@ function walk(dir) {
   });
 }
 
+// tsc never deletes output, so a test moved or deleted in test/ leaves its old .js behind: skip those.
+const hasSource = (f) => existsSync(f.replace(/^dist[\\/]/, '').replace(/\.js$/, '.ts'));
+
 const filters = process.argv.slice(2);
 const files = walk('dist/test')
+  .filter(hasSource)
   .filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)))
   .sort();
 if (files.length === 0) {

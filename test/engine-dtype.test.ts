@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { execa } from 'execa';
 import { findPython } from '../src/backend/python.js';
-import { BIN, ROOT, rstar, smallConfig } from './helpers.js';
+import { BIN, ROOT, rstar, smallConfig } from './support/helpers.js';
 
 let dir: string;
 let model: string;

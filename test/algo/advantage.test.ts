@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
-import { groupAdvantages, groupStats } from '../src/algo/advantage.js';
-import { lines, ndjson, rstar, trajectory } from './helpers.js';
+import { groupAdvantages, groupStats } from '../../src/algo/advantage.js';
+import { lines, ndjson, rstar, trajectory } from '../support/helpers.js';
 
 const close = (got: number[], want: number[], tol = 1e-6) => {
   assert.equal(got.length, want.length);

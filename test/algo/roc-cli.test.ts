@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { BIN, lines, ndjson, ROOT, rstar, trajectory } from './helpers.js';
+import { BIN, lines, ndjson, ROOT, rstar, trajectory } from '../support/helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rstar-roc-cli-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,17 +1,17 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { describe, it } from 'node:test';
-import { lines, ndjson, ROOT, rstar } from './helpers.js';
+import { lines, ndjson, ROOT, rstar } from '../support/helpers.js';
 
 /**
- * rstar roc-filter against test/oracle/roc_oracle.py, a Python model of the release's
+ * rstar roc-filter against test/support/oracle/roc_oracle.py, a Python model of the release's
  * reject_equal_reward + resample_of_correct over a float32 torch reward tensor, on random groups:
  * random penalties from random tag soup, random rewards (float32 edge cases included), random
  * sizes, interleaved order and random flags.
  */
 
 const PYTHON = '/usr/bin/python3'; // Debian's, with torch
-const ORACLE = `${ROOT}test/oracle/roc_oracle.py`;
+const ORACLE = `${ROOT}test/support/oracle/roc_oracle.py`;
 
 const PIECES = [
   '<tool_response>',

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { formatPenalty, scoreText, toolErrorPenalty } from '../src/algo/penalty.js';
-import { roundHalfEven } from '../src/algo/py-round.js';
+import { formatPenalty, scoreText, toolErrorPenalty } from '../../src/algo/penalty.js';
+import { roundHalfEven } from '../../src/algo/py-round.js';
 import {
   groupRandom,
   isClose32,
@@ -9,7 +9,7 @@ import {
   type RocOptions,
   rocSelect,
   weightedOrder,
-} from '../src/algo/roc.js';
+} from '../../src/algo/roc.js';
 
 const TURN = (body: string) => `<|im_start|>assistant${body}<|im_end|>`;
 const OK = '<tool_response>\nTool call success\nstdout: 4\n</tool_response>';

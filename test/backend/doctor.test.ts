@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { execa } from 'execa';
-import { findPython } from '../src/backend/python.js';
-import { Doctor } from '../src/records/doctor.js';
-import { lines, rstar } from './helpers.js';
+import { findPython } from '../../src/backend/python.js';
+import { Doctor } from '../../src/records/doctor.js';
+import { lines, rstar } from '../support/helpers.js';
 
 /** The same facts asked of torch directly, so the probe is checked against more than its own word. */
 const FACTS = [

@@ -13,10 +13,10 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { execa } from 'execa';
-import { type Engine, startEngine } from '../src/backend/engine.js';
-import { BACKEND_DIR, findPython } from '../src/backend/python.js';
-import { startServer } from '../src/process/serve.js';
-import { BIN, ROOT, rstar, smallConfig } from './helpers.js';
+import { type Engine, startEngine } from '../../src/backend/engine.js';
+import { BACKEND_DIR, findPython } from '../../src/backend/python.js';
+import { startServer } from '../../src/process/serve.js';
+import { BIN, ROOT, rstar, smallConfig } from '../support/helpers.js';
 
 const TINY_TOKENIZER = join(ROOT, 'fixtures', 'tiny', 'tokenizer.json');
 /** vocab 4096 so the tiny tokenizer (when present) covers every id; still only ~0.2M parameters. */

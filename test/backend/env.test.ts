@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { backendEnv, openblasCoreType } from '../src/backend/python.js';
+import { backendEnv, openblasCoreType } from '../../src/backend/python.js';
 
 const cpuinfo = (flags: string) =>
   `processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: ${flags}\n\n`;

@@ -4,12 +4,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { execa } from 'execa';
-import { BACKEND_DIR, findPython } from '../src/backend/python.js';
-import { backendConfig, trainOptions } from '../src/backend/train-options.js';
-import { startTrainer } from '../src/backend/trainer.js';
-import { Step } from '../src/records/step.js';
-import type { TrainRecord } from '../src/records/trajectory.js';
-import { lines, ndjson, ROOT, rstar, smallConfig } from './helpers.js';
+import { BACKEND_DIR, findPython } from '../../src/backend/python.js';
+import { backendConfig, trainOptions } from '../../src/backend/train-options.js';
+import { startTrainer } from '../../src/backend/trainer.js';
+import { Step } from '../../src/records/step.js';
+import type { TrainRecord } from '../../src/records/trajectory.js';
+import { lines, ndjson, ROOT, rstar, smallConfig } from '../support/helpers.js';
 
 /** A config far smaller than fixtures/tiny, so the tests do not depend on the fixture's sizes. */
 export const SMALL_CONFIG = smallConfig();

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { execa } from 'execa';
-import { backendEnv, findPython } from '../src/backend/python.js';
-import { lines, ROOT } from './helpers.js';
+import { backendEnv, findPython } from '../../src/backend/python.js';
+import { lines, ROOT } from '../support/helpers.js';
 
 const SCRIPT = join(ROOT, 'bench', 'gpu-check.py');
 const CHECKS = ['environment', 'hf-reference', 'train-fp32', 'train-bf16', 'engine', 'ddp', 'shard'];

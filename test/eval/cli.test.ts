@@ -4,9 +4,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { EvalProblem, EvalSummary } from '../src/records/eval.js';
-import { Problem } from '../src/records/problem.js';
-import { lines, ndjson, rstar } from './helpers.js';
+import { EvalProblem, EvalSummary } from '../../src/records/eval.js';
+import { Problem } from '../../src/records/problem.js';
+import { lines, ndjson, rstar } from '../support/helpers.js';
 
 let dir: string;
 
@@ -319,7 +319,7 @@ describe('rstar eval --reverify (src/reward)', () => {
   });
 
   test('GPQA: letters are scored against the shuffled answer', async () => {
-    const { gpqaProblems } = await import('../src/eval/gpqa.js');
+    const { gpqaProblems } = await import('../../src/eval/gpqa.js');
     const csv = 'fixtures/gpqa-format-sample.csv';
     const problems = gpqaProblems(readFileSync(csv, 'utf8'), csv, { seed: 5 });
     const wrong = (letter: string) => ['A', 'B', 'C', 'D'].find((l) => l !== letter) as string;

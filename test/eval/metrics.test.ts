@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { avgAtN, majorityVote, passAtK, passAtKCurve, reportedKs } from '../src/algo/pass-at-k.js';
-import { DataError } from '../src/errors.js';
-import { parseCsv } from '../src/eval/csv.js';
-import { gpqaProblems, LETTERS } from '../src/eval/gpqa.js';
-import { problemRecord, type Sample, summarize } from '../src/eval/metrics.js';
-import { median, percentile } from '../src/eval/stats.js';
+import { avgAtN, majorityVote, passAtK, passAtKCurve, reportedKs } from '../../src/algo/pass-at-k.js';
+import { DataError } from '../../src/errors.js';
+import { parseCsv } from '../../src/eval/csv.js';
+import { gpqaProblems, LETTERS } from '../../src/eval/gpqa.js';
+import { problemRecord, type Sample, summarize } from '../../src/eval/metrics.js';
+import { median, percentile } from '../../src/eval/stats.js';
 
 /** Exact 1 - C(n-c,k)/C(n,k) with BigInt, to check the product form against. */
 function exactPassAtK(n: number, c: number, k: number): number {

@@ -5,10 +5,10 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { describe, it } from 'node:test';
 import { z } from 'zod';
-import { DataError } from '../src/errors.js';
-import { readLines, readRecords, writeFileAtomic } from '../src/ndjson/index.js';
-import { Trajectory } from '../src/records/index.js';
-import { rstar } from './helpers.js';
+import { DataError } from '../../src/errors.js';
+import { readLines, readRecords, writeFileAtomic } from '../../src/ndjson/index.js';
+import { Trajectory } from '../../src/records/index.js';
+import { rstar } from '../support/helpers.js';
 
 const chunks = (...parts: string[]) => Readable.from(parts.map((p) => Buffer.from(p)));
 

@@ -10,15 +10,15 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { groupAdvantages } from '../src/algo/advantage.js';
-import { type ChildServer, startServer } from '../src/process/serve.js';
-import { Trajectory } from '../src/records/trajectory.js';
-import { loadProtocol, type ProtocolContext, rollout, SglangClient } from '../src/rollout/index.js';
-import { SandboxClient } from '../src/sandbox/client.js';
-import { startSandbox } from '../src/sandbox/embedded.js';
-import { ANSWER, CALL, collect, problems, TINY, toolCall } from './agent-fixtures.js';
-import { type FakeServer, startFakeSglang } from './fake-sglang.js';
-import { BIN, lines, ndjson, rstar } from './helpers.js';
+import { groupAdvantages } from '../../src/algo/advantage.js';
+import { type ChildServer, startServer } from '../../src/process/serve.js';
+import { Trajectory } from '../../src/records/trajectory.js';
+import { loadProtocol, type ProtocolContext, rollout, SglangClient } from '../../src/rollout/index.js';
+import { SandboxClient } from '../../src/sandbox/client.js';
+import { startSandbox } from '../../src/sandbox/embedded.js';
+import { ANSWER, CALL, collect, problems, TINY, toolCall } from '../support/agent-fixtures.js';
+import { type FakeServer, startFakeSglang } from '../support/fake-sglang.js';
+import { BIN, lines, ndjson, rstar } from '../support/helpers.js';
 
 const BAD =
   '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(1)"\n</tool_call>';

@@ -9,14 +9,14 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { Problem } from '../src/records/problem.js';
-import { type EngineClient, engineClient } from '../src/rollout/engines.js';
-import { loadProtocol } from '../src/rollout/index.js';
-import { type EndBatch, rolloutSteps, stepProblems } from '../src/rollout/steps.js';
-import { startSandbox } from '../src/sandbox/embedded.js';
-import { collect, TINY } from './agent-fixtures.js';
-import { type FakeServer, startFakeSglang } from './fake-sglang.js';
-import { lines, ndjson, ROOT, rstar, smallConfig } from './helpers.js';
+import type { Problem } from '../../src/records/problem.js';
+import { type EngineClient, engineClient } from '../../src/rollout/engines.js';
+import { loadProtocol } from '../../src/rollout/index.js';
+import { type EndBatch, rolloutSteps, stepProblems } from '../../src/rollout/steps.js';
+import { startSandbox } from '../../src/sandbox/embedded.js';
+import { collect, TINY } from '../support/agent-fixtures.js';
+import { type FakeServer, startFakeSglang } from '../support/fake-sglang.js';
+import { lines, ndjson, ROOT, rstar, smallConfig } from '../support/helpers.js';
 
 const RIGHT = 'Done.</reason>\n<answer>\\boxed{3}</answer>';
 const WRONG = 'Done.</reason>\n<answer>\\boxed{4}</answer>';

@@ -8,8 +8,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { pairedBootstrap } from '../src/eval/bootstrap.js';
-import { lines, ndjson, rstar, smallConfig, trajectory } from './helpers.js';
+import { pairedBootstrap } from '../../src/eval/bootstrap.js';
+import { lines, ndjson, rstar, smallConfig, trajectory } from '../support/helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rstar-rl-pipeline-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -3,7 +3,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
-import { spawnServer, startServer, writeReadyFile } from '../src/process/serve.js';
+import { spawnServer, startServer, writeReadyFile } from '../../src/process/serve.js';
 
 /** A child running `script` under node. */
 const node = (script: string) => ({ command: process.execPath, args: ['-e', script] });

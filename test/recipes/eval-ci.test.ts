@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { ROOT } from './helpers.js';
+import { ROOT } from '../support/helpers.js';
 
 /**
  * The CI eval end to end: a random tiny checkpoint served by engine-serve, tool calls through

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { lines, ROOT } from './helpers.js';
+import { lines, ROOT } from '../support/helpers.js';
 
 /** Runs the recipe in its quick CI mode: the whole loop (data, init, resident SFT, eval) on tiny sizes. */
 function recipe(out: string): Promise<{ code: number; log: string }> {

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
-import { choiceLetter, extractAnswer, isEquivalent, scoreResponse } from '../src/reward/index.js';
-import { ROOT } from './helpers.js';
+import { choiceLetter, extractAnswer, isEquivalent, scoreResponse } from '../../src/reward/index.js';
+import { ROOT } from '../support/helpers.js';
 
 interface Case {
   pred: string;

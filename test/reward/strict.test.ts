@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { extractAnswer, isEquivalent, parseRounding, scoreResponse } from '../src/reward/index.js';
+import { extractAnswer, isEquivalent, parseRounding, scoreResponse } from '../../src/reward/index.js';
 
 /** Strict-mode rules of the reward (docs/verify.md): exact decimals, rounding, broken markup. */
 

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { lines, ndjson, rstar } from './helpers.js';
+import { lines, ndjson, rstar } from '../support/helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rstar-verify-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -3,11 +3,11 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { startEngine } from '../src/backend/engine.js';
-import { Trajectory } from '../src/records/trajectory.js';
-import { loadProtocol, promptIds } from '../src/rollout/index.js';
-import { startSandbox } from '../src/sandbox/embedded.js';
-import { lines, ndjson, ROOT, rstar } from './helpers.js';
+import { startEngine } from '../../src/backend/engine.js';
+import { Trajectory } from '../../src/records/trajectory.js';
+import { loadProtocol, promptIds } from '../../src/rollout/index.js';
+import { startSandbox } from '../../src/sandbox/embedded.js';
+import { lines, ndjson, ROOT, rstar } from '../support/helpers.js';
 
 const TINY = `${ROOT}fixtures/tiny`;
 

@@ -4,8 +4,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { before, describe, it } from 'node:test';
-import type { SubmissionResult } from '../src/records/sandbox.js';
-import { scriptedTrajectory } from '../src/rollout/agent.js';
+import type { SubmissionResult } from '../../src/records/sandbox.js';
+import { scriptedTrajectory } from '../../src/rollout/agent.js';
 import {
   loadProtocol,
   type ProtocolContext,
@@ -13,9 +13,9 @@ import {
   promptIds,
   promptText,
   toolTurnIds,
-} from '../src/rollout/protocol.js';
-import { pyJsonLoads } from '../src/rollout/pyjson.js';
-import { ROOT } from './helpers.js';
+} from '../../src/rollout/protocol.js';
+import { pyJsonLoads } from '../../src/rollout/pyjson.js';
+import { ROOT } from '../support/helpers.js';
 
 const SYSTEM =
   'A conversation between User and Assistant. The User asks a question, and the Assistant solves it. The Assistant first thinks about the reasoning process in the mind and then provides the User with the answer. The reasoning process is enclosed within <reason> </reason> and answer is enclosed within <answer> </answer> tags, respectively, i.e., <reason> reasoning process here </reason> <answer> answer here </answer>.';

@@ -2,11 +2,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Command } from 'commander';
-import type { Problem } from '../src/records/problem.js';
-import { expandJobs, type Turn } from '../src/rollout/admission.js';
-import type { AgentResult } from '../src/rollout/agent.js';
-import { EngineHealth } from '../src/rollout/engine-health.js';
-import type { EngineClient } from '../src/rollout/engines.js';
+import type { Problem } from '../../src/records/problem.js';
+import { expandJobs, type Turn } from '../../src/rollout/admission.js';
+import type { AgentResult } from '../../src/rollout/agent.js';
+import { EngineHealth } from '../../src/rollout/engine-health.js';
+import type { EngineClient } from '../../src/rollout/engines.js';
 import {
   EVAL_SAMPLES,
   POLICIES,
@@ -14,10 +14,10 @@ import {
   ROLLOUT_DEFAULTS,
   runnerOptions,
   sharedRolloutOptions,
-} from '../src/rollout/options.js';
-import { ErrorBudget, Outcomes } from '../src/rollout/outcomes.js';
-import { scoreTrajectory, trajectoryRecord } from '../src/rollout/record.js';
-import { AsyncScheduler, Scheduler } from '../src/rollout/scheduler.js';
+} from '../../src/rollout/options.js';
+import { ErrorBudget, Outcomes } from '../../src/rollout/outcomes.js';
+import { scoreTrajectory, trajectoryRecord } from '../../src/rollout/record.js';
+import { AsyncScheduler, Scheduler } from '../../src/rollout/scheduler.js';
 
 const problem = (id: string, answer = '42'): Problem => ({
   v: 1,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { AsyncScheduler, Scheduler, type TurnRequest } from '../src/rollout/scheduler.js';
-import { lengthsByProblem, priorFor } from '../src/rollout/scheduler-prior.js';
+import { AsyncScheduler, Scheduler, type TurnRequest } from '../../src/rollout/scheduler.js';
+import { lengthsByProblem, priorFor } from '../../src/rollout/scheduler-prior.js';
 
 const turn = (key: string, contextLen: number, maxNewTokens: number, group = 0): TurnRequest => ({
   key,

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { Trajectory } from '../src/records/trajectory.js';
+import { Trajectory } from '../../src/records/trajectory.js';
 import {
   loadProtocol,
   type ProtocolContext,
@@ -12,11 +12,11 @@ import {
   rollout,
   SglangClient,
   toolTurnIds,
-} from '../src/rollout/index.js';
-import { startSandbox } from '../src/sandbox/embedded.js';
-import { ANSWER, CALL, collect, problems, TINY } from './agent-fixtures.js';
-import { type FakeServer, fakeLogprob, startFakeSglang } from './fake-sglang.js';
-import { BIN, lines, ndjson, ROOT, rstar } from './helpers.js';
+} from '../../src/rollout/index.js';
+import { startSandbox } from '../../src/sandbox/embedded.js';
+import { ANSWER, CALL, collect, problems, TINY } from '../support/agent-fixtures.js';
+import { type FakeServer, fakeLogprob, startFakeSglang } from '../support/fake-sglang.js';
+import { BIN, lines, ndjson, ROOT, rstar } from '../support/helpers.js';
 
 describe('rstar rollout against a scripted SGLang server and the real sandbox', () => {
   let dir: string;

@@ -4,8 +4,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { loadTokenizer } from '../src/rollout/tokenizer.js';
-import { ROOT } from './helpers.js';
+import { loadTokenizer } from '../../src/rollout/tokenizer.js';
+import { ROOT } from '../support/helpers.js';
 
 const TINY = `${ROOT}fixtures/tiny`;
 const FIXED = [

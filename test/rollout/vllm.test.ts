@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { after, before, describe, it } from 'node:test';
-import { EngineError, promSample, VllmClient } from '../src/rollout/engines.js';
+import { EngineError, promSample, VllmClient } from '../../src/rollout/engines.js';
 
 /** A minimal vLLM OpenAI server: records requests, answers like vLLM >= 0.10.2. */
 describe('vLLM client', () => {

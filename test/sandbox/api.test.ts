@@ -3,11 +3,11 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { after, before, describe, test } from 'node:test';
-import { SandboxClient } from '../src/sandbox/client.js';
-import { resolveInterpreter } from '../src/sandbox/python.js';
-import { fixed2, formatToolResponse, truncateMiddle } from '../src/sandbox/tool-response.js';
-import { lines, ndjson, ROOT, rstar } from './helpers.js';
-import { type GuardedServer, startGuardedServer } from './support/guard.js';
+import { SandboxClient } from '../../src/sandbox/client.js';
+import { resolveInterpreter } from '../../src/sandbox/python.js';
+import { fixed2, formatToolResponse, truncateMiddle } from '../../src/sandbox/tool-response.js';
+import { type GuardedServer, startGuardedServer } from '../support/guard.js';
+import { lines, ndjson, ROOT, rstar } from '../support/helpers.js';
 
 type Result = {
   sub_id: string | number | null;

@@ -5,7 +5,7 @@
 // differ from code-judge in exactly those entries, and the C++-only tests have no counterpart.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { type GuardedServer, startGuardedServer } from './support/guard.js';
+import { type GuardedServer, startGuardedServer } from '../support/guard.js';
 
 type Answer = {
   sub_id: string | number | null;

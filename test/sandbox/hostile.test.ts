@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { type GuardedServer, startGuardedServer } from './support/guard.js';
+import { type GuardedServer, startGuardedServer } from '../support/guard.js';
 
 type Result = {
   success: boolean;

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { createClient } from 'redis';
-import { type ChildServer, startServer } from '../src/process/serve.js';
-import { type GuardedServer, startGuardedServer } from './support/guard.js';
+import { type ChildServer, startServer } from '../../src/process/serve.js';
+import { type GuardedServer, startGuardedServer } from '../support/guard.js';
 
 type Result = { sub_id: string; success: boolean; run_success: boolean; reason: string; stdout: string };
 

@@ -3,10 +3,10 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { loadProtocol, type ProtocolContext, promptIds } from '../src/rollout/protocol.js';
-import { ConversationRenderer } from '../src/sft/conversation.js';
-import { isMathReasoning } from '../src/sft/sources/filters.js';
-import { lines, ROOT, rstar } from './helpers.js';
+import { loadProtocol, type ProtocolContext, promptIds } from '../../src/rollout/protocol.js';
+import { ConversationRenderer } from '../../src/sft/conversation.js';
+import { isMathReasoning } from '../../src/sft/sources/filters.js';
+import { lines, ROOT, rstar } from '../support/helpers.js';
 
 const SRC = `${ROOT}fixtures/sft-sources/`;
 

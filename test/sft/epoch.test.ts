@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { epochOrder } from '../src/sft/epoch.js';
+import { epochOrder } from '../../src/sft/epoch.js';
 
 // Lines of varied length, each unique: `{"id":N,"pad":"xxx..."}`.
 const lines = Array.from({ length: 203 }, (_, i) =>

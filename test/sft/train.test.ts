@@ -3,8 +3,8 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { scheduledLr } from '../src/sft/train.js';
-import { lines, ndjson, rstar, smallConfig, trajectory } from './helpers.js';
+import { scheduledLr } from '../../src/sft/train.js';
+import { lines, ndjson, rstar, smallConfig, trajectory } from '../support/helpers.js';
 
 describe('sft-train: the LR schedule', () => {
   const at = { lr: 1e-3, decay: 0.5, elapsed: 0, seconds: 100, sent: 0, maxSteps: 0 };

@@ -5,12 +5,12 @@
  * ending with `<|im_end|>` and cut at max_new_tokens. KV capacity is enforced like an engine does:
  * a request waits until its input + max_new_tokens fit, then takes `msPerToken` per output token.
  *
- *   node dist/test/fake-sglang.js '<json FakeOptions>'   → prints `listening on http://…`
+ *   node dist/test/support/fake-sglang.js '<json FakeOptions>'   → prints `listening on http://…`
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { type Exit, startServer } from '../src/process/serve.js';
-import { loadTokenizer } from '../src/rollout/tokenizer.js';
+import { type Exit, startServer } from '../../src/process/serve.js';
+import { loadTokenizer } from '../../src/rollout/tokenizer.js';
 
 export interface FakeOptions {
   tokenizer: string;

@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-/** Repository root, from dist/test/helpers.js. */
-export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+/** Repository root, from dist/test/support/helpers.js. */
+export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 export const BIN = `${ROOT}bin/rstar.js`;
 
 export interface CliResult {
