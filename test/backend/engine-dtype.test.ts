@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { execa } from 'execa';
-import { findPython } from '../src/backend/python.js';
-import { BIN, ROOT, rstar, smallConfig } from './support/helpers.js';
+import { findPython } from '../../src/backend/python.js';
+import { type ChildServer, startServer } from '../../src/process/serve.js';
+import { BIN, rstar, smallConfig } from '../support/helpers.js';
 
 let dir: string;
 let model: string;
@@ -20,37 +20,23 @@ before(async () => {
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-/** `rstar engine-serve ARGS` as a user starts it; resolves with its URL once it listens. */
-function serve(args: string[]): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [BIN, 'engine-serve', '--model', model, '--port', '0', ...args], {
-    cwd: ROOT,
-    stdio: ['ignore', 'ignore', 'pipe'],
+/** `rstar engine-serve ARGS` as a user starts it, through the one spawn-and-wait helper. */
+function serve(args: string[]): Promise<ChildServer & { url: string }> {
+  return startServer({
+    name: 'engine-serve',
+    command: process.execPath,
+    args: [BIN, 'engine-serve', '--model', model, '--port', '0', ...args],
   });
-  return new Promise((resolve, reject) => {
-    let log = '';
-    child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
-      log += chunk;
-      const m = /listening on (http:\/\/\S+)/.exec(log);
-      if (m) resolve({ url: m[1], child });
-    });
-    child.on('close', (code) => reject(new Error(`engine-serve exited ${code} before listening: ${log}`)));
-  });
-}
-
-async function stop(child: ChildProcess): Promise<void> {
-  const closed = new Promise((resolve) => child.on('close', resolve));
-  child.kill('SIGTERM');
-  await closed;
 }
 
 describe('engine-serve --dtype/--device', () => {
   test('--dtype bf16 --device cpu serves bf16 weights and fp32 log-probs', async () => {
-    const { url, child } = await serve(['--dtype', 'bf16', '--device', 'cpu', '--max-total-tokens', '512']);
+    const server = await serve(['--dtype', 'bf16', '--device', 'cpu', '--max-total-tokens', '512']);
     try {
-      const info = (await (await fetch(`${url}/get_server_info`)).json()) as Record<string, unknown>;
+      const info = (await (await fetch(`${server.url}/get_server_info`)).json()) as Record<string, unknown>;
       assert.equal(info.dtype, 'bfloat16');
       assert.equal(info.device, 'cpu');
-      const res = await fetch(`${url}/generate`, {
+      const res = await fetch(`${server.url}/generate`, {
         method: 'POST',
         body: JSON.stringify({
           input_ids: [1, 5, 9],
@@ -69,17 +55,17 @@ describe('engine-serve --dtype/--device', () => {
         assert.ok(id >= 0 && id < 128);
       }
     } finally {
-      await stop(child);
+      await server.stop();
     }
   });
 
   test('the default stays fp32 on CPU', async () => {
-    const { url, child } = await serve(['--max-total-tokens', '512']);
+    const server = await serve(['--max-total-tokens', '512']);
     try {
-      const info = (await (await fetch(`${url}/get_server_info`)).json()) as Record<string, unknown>;
+      const info = (await (await fetch(`${server.url}/get_server_info`)).json()) as Record<string, unknown>;
       assert.equal(info.dtype, 'float32');
     } finally {
-      await stop(child);
+      await server.stop();
     }
   });
 
