@@ -105,30 +105,43 @@ def grad_scaler(dtype):
     return torch.cuda.amp.GradScaler()
 
 
-def shard(model, mode, device, dtype):
-    """Shards `model` in place across the default process group (already started). Returns it."""
+def shard(model, mode, device, dtype, frozen=False):
+    """Shards `model` in place across the default process group (already started) and returns the
+    factor its loss must be multiplied by so that the gradients are the SUM over the ranks (1, or the
+    world size where FSDP2 can only average). `frozen` (the KL reference, forward only): every group
+    reshards after its forward, since no backward would."""
     fully_shard, MixedPrecisionPolicy = fully_shard_api()
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     policy = MixedPrecisionPolicy(param_dtype=None if dtype is torch.float32 else dtype,
                                   reduce_dtype=torch.float32)
+    groups = []
     for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh, reshard_after_forward=mode == "full", mp_policy=policy)
+        groups.append(fully_shard(layer, mesh=mesh, reshard_after_forward=frozen or mode == "full", mp_policy=policy))
     # The root's group: the embeddings, the final norm and the head. A tied head is the embedding's
     # Parameter, so it must be in the same group as the embeddings. The root's parameters are needed
     # first in the backward: kept gathered after the forward, as FSDP2 does by default for the root.
-    fully_shard(model, mesh=mesh, reshard_after_forward=False, mp_policy=policy)
-    return model
+    groups.append(fully_shard(model, mesh=mesh, reshard_after_forward=frozen, mp_policy=policy))
+    return sum_gradients(groups)
+
+
+def sum_gradients(groups):
+    """Makes FSDP2 sum the ranks' gradients, as the data-parallel path does (our loss is already
+    divided by the batch's global count of loss tokens). FSDP2 averages by default, and on some
+    releases silently sums with gloo (pytorch issue 162338): an explicit divide factor of 1 (torch >=
+    2.6, per group) is right with both. Without that API (2.4, 2.5), the loss is multiplied by the world
+    size instead. bench/gpu-check.py's shard check compares the update with one process's."""
+    for name in ("set_gradient_divide_factor", "set_reduce_scatter_divide_factor"):
+        if all(hasattr(g, name) for g in groups):
+            for g in groups:
+                getattr(g, name)(1.0)
+            return 1
+    return dist.get_world_size()
 
 
 def is_dtensor(t):
     return hasattr(t, "full_tensor") and hasattr(t, "device_mesh")
-
-
-def set_gradient_sync(model, sync):
-    """Sharded: whether the next backward reduce-scatters (the last micro-batch of an update only)."""
-    model.set_requires_gradient_sync(sync)
 
 
 def gather(tensors, keep, dtype=None):

@@ -194,12 +194,13 @@ class Trainer:
                 torch.cuda.set_device(self.device)
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         torch.manual_seed(args.seed)
+        # The loss is divided by the batch's global count of loss tokens, so the update is the SUM of
+        # the ranks' gradients (the data-parallel path all-reduces them so); sharded, FSDP2 reduces them
+        # in the backward, and shard() says what the loss must be multiplied by for a sum.
+        self.loss_scale = 1
         self.model = self.load(args.model)
         self.model.train()
         self.cfg = self.model.config
-        # The loss is divided by the batch's global count of loss tokens, so the update is the SUM of
-        # the ranks' gradients (the data-parallel path all-reduces them so); FSDP2 averages instead.
-        self.loss_scale = self.world if self.sharded else 1
         self.scaler = parallel.grad_scaler(self.dtype)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         if args.optimizer == "sgd":  # plain SGD: the update is lr * gradient, handy for exact comparisons
@@ -221,7 +222,9 @@ class Trainer:
             for p in model.parameters():
                 p.requires_grad_(False)
         if self.sharded:
-            parallel.shard(model, self.args.shard, self.device, self.dtype)
+            scale = parallel.shard(model, self.args.shard, self.device, self.dtype, frozen=frozen)
+            if not frozen:
+                self.loss_scale = scale
         return model
 
     def logits(self, model, ids, pos, lengths):
