@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# rStar2-Agent's three GRPO-RoC stages at the paper's scale (docs/gpu.md, section 7). NOT RUN by
+# rStar2-Agent's three GRPO-RoC stages at the paper's scale (docs/gpu.md, sections 7 and 8). NOT RUN by
 # this project: it needs GPUs (torch >= 2.4 for FSDP2) and a 14B SFT checkpoint.
 #
 #   stage 1  the training problems, response budget 8K
