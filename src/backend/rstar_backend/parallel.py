@@ -72,6 +72,9 @@ def fully_shard_api():
 def check_setup(dtype_name, shard, device, world):
     """Everything --dtype/--shard need, checked before the process group starts or a checkpoint is
     read: returns the compute dtype, or raises SetupError."""
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SetupError(f"--device {device}: torch {torch.__version__} sees no GPU "
+                         "(a CPU-only build, or no driver; `rstar doctor` says which)")
     dtype = compute_dtype(dtype_name, device)
     if shard not in SHARD_MODES:
         raise SetupError(f"--shard: expected one of {', '.join(SHARD_MODES)}, got {shard!r}")

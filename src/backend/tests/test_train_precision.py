@@ -149,6 +149,11 @@ class SetupErrors(TempDirCase):
         with self.assertRaisesRegex(SetupError, r"--dtype fp16 on cpu: .*use --dtype bf16"):
             self.trainer(self.path("no-such-checkpoint"), self.path("o"), dtype="fp16")
 
+    @unittest.skipIf(torch.cuda.is_available(), "a GPU is present")
+    def test_cuda_without_a_gpu_is_a_clear_error(self):
+        with self.assertRaisesRegex(SetupError, r"--device cuda: torch .* sees no GPU"):
+            self.trainer(self.path("no-such-checkpoint"), self.path("o"), device="cuda", dtype="bf16")
+
     def test_shard_needs_two_processes(self):
         with self.assertRaisesRegex(SetupError, r"--shard full: needs --nproc 2 or more"):
             self.trainer(self.path("no-such-checkpoint"), self.path("o"), shard="full")
