@@ -49,48 +49,55 @@ from rstar_backend.checkpoint import load_model, save_model  # noqa: E402
 from rstar_backend.model import Qwen3Config, Qwen3ForCausalLM, token_logprobs  # noqa: E402
 
 # ======================================================================================================
-# Adapter: ALL coupling to src/backend/rstar_backend/train.py. When train-step gains bf16 compute and
-# FSDP sharding, the lead edits the flag names here and the skipped checks run.
+# Adapter: ALL coupling to src/backend/rstar_backend/train.py, which takes every setting in one config
+# (src/backend/train-options.ts declares them; train-step sends them all).
 # ======================================================================================================
+from rstar_backend import parallel  # noqa: E402
 from rstar_backend import train as T  # noqa: E402
 
-TRAIN_FLAGS = {s for action in T.parser()._actions for s in action.option_strings}
-DTYPE_FLAGS = ["--dtype", "bf16"]  # bf16 compute, fp32 master weights and optimiser state
-SHARD_FLAGS = ["--shard", "full"]  # FSDP: parameters, gradients and optimiser state sharded
-HAS_DTYPE = DTYPE_FLAGS[0] in TRAIN_FLAGS
-HAS_SHARD = SHARD_FLAGS[0] in TRAIN_FLAGS
+sys.path.insert(0, os.path.join(BACKEND, "tests"))
+# Every key train-step sends, at its default (device "cpu"): the backend's unit-test settings, which
+# test/backend.test.ts keeps equal to train-options.ts's table, so this script needs no Node.
+from common import SETTINGS as TRAIN_DEFAULTS  # noqa: E402
+
+DTYPE_SETTINGS = {"dtype": "bf16"}  # bf16 compute, fp32 master weights and optimiser state
+SHARD_SETTINGS = {"shard": "full"}  # FSDP2: parameters, gradients and optimiser state sharded
+HAS_DTYPE = "dtype" in TRAIN_DEFAULTS
+HAS_SHARD = "shard" in TRAIN_DEFAULTS
 NOT_YET = "needs train-step --dtype/--shard"
 RUN_PY = os.path.join(BACKEND, "run.py")
 
 
-def make_trainer(model_dir, out, loss, device, flags=()):
+def train_config(model_dir, out, loss, device, **settings):
+    return {**TRAIN_DEFAULTS, "model": model_dir, "out": out, "loss": loss, "device": str(device), **settings}
+
+
+def make_trainer(model_dir, out, loss, device, **settings):
     """train.py's in-process Trainer, as `rstar train-step` would configure it."""
-    argv = ["--model", model_dir, "--out", out, "--loss", loss, "--device", str(device), *flags]
-    return T.Trainer(T.parser().parse_args(argv))
+    return T.Trainer(T.Config(train_config(model_dir, out, loss, device, **settings)))
 
 
 def train_step(trainer, records):
     """One optimiser step on TrainRecord-shaped dicts; returns the Step record."""
-    return trainer.step(T.Batch((f"gpu-check:{i + 1}", r) for i, r in enumerate(records)))
+    return trainer.step(T.Batch(records))
 
 
-def trainer_logprobs(model, records, device):
-    """The trainer's log-probs of each record's response tokens (its packing and forward, no grad)."""
-    vocab = model.config.vocab_size
-    seqs = [T.validate(r, f"gpu-check:{i + 1}", vocab, False, False) for i, r in enumerate(records)]
+def trainer_logprobs(trainer, records):
+    """The trainer's log-probs of each record's response tokens (its dtype, packing and forward, no grad)."""
+    seqs = [T.sequence(r) for r in records]
     out = []
     with torch.no_grad():
         for mb in T.micro_batches(seqs, 16384):
-            ids, pos, tgt, mask, *_rest, lengths = T.pack(mb, device, model.config.pad_token_id)
-            lp = token_logprobs(T.response_logits(model, ids, pos, lengths), tgt).float().cpu()
+            ids, pos, tgt, mask, *_rest, lengths = T.pack(mb, trainer.device, trainer.cfg.pad_token_id)
+            lp = token_logprobs(trainer.logits(trainer.model, ids, pos, lengths), tgt).float().cpu()
             out += [lp[i, :int(mask[i].sum())] for i in range(len(mb))]
     return out
 
 
-def train_cli(model_dir, out, data, device, flags=()):
-    """argv of one train-step rank (rank 0 reads `data`; the others get the batches broadcast)."""
-    return [sys.executable, RUN_PY, "train", "--follow", "--loss", "sft", "--model", model_dir, "--out", out,
-            "--file", data, "--device", device, "--optimizer", "sgd", "--lr", "0.5", "--seed", "0", *flags]
+def train_cli(model_dir, out, device, **settings):
+    """argv of one train-step rank; rank 0 reads the batches on stdin and broadcasts them."""
+    config = train_config(model_dir, out, "sft", device, optimizer="sgd", lr=0.5, seed=0, **settings)
+    return [sys.executable, RUN_PY, "train", "--config", json.dumps(config)]
 
 # ======================================================================================================
 
@@ -177,8 +184,7 @@ def check_hf_reference(ctx):
             if bad or info.get("error_msgs"):
                 return {"ok": False, **figures, "reason": f"from_pretrained({folder}): {bad or info['error_msgs']}"}
             hf = hf.to(dev).eval()
-            ours = load_model(folder, dev, dtype).eval()
-            E.keep_rotary_fp32(ours)  # as the engine serves bf16
+            ours = load_model(folder, dev, dtype).eval()  # rotary inv_freq stays fp32, as the engine serves
             with torch.no_grad():
                 lp[f"hf_{name}"] = torch.log_softmax(hf(input_ids=ids, use_cache=False).logits.float(), -1)
                 lp[f"ours_{name}"] = torch.log_softmax(ours(ids).float(), -1)
@@ -212,12 +218,12 @@ def check_train(ctx, dtype):
         return {"skipped": True, "reason": NOT_YET}
     if dtype == "bf16" and ctx.device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return {"skipped": True, "reason": "this GPU has no bf16"}
-    flags = DTYPE_FLAGS if dtype == "bf16" else []
+    settings = DTYPE_SETTINGS if dtype == "bf16" else {}
     dev, S, V = ctx.device, ctx.sizes, ctx.config["vocab_size"]
     m0 = checkpoint(ctx.path(f"train-{dtype}-m0"), ctx.config, seed=21)
     sft = random_records(V, S["seqs"], S["prompt"], S["response"], seed=1)
     out = ctx.path(f"train-{dtype}-out")
-    t = make_trainer(m0, out, "sft", dev, ["--lr", str(S["lr"]), *flags])
+    t = make_trainer(m0, out, "sft", dev, lr=S["lr"], **settings)
     losses, tokens, seconds = [], 0, 0.0
     for i in range(S["sft_steps"]):
         rec = train_step(t, sft)
@@ -229,13 +235,13 @@ def check_train(ctx, dtype):
     del t
     # GRPO from the SFT checkpoint: positive-advantage responses should gain log-prob over negative ones
     grpo = random_records(V, S["seqs"], S["prompt"], S["response"], seed=2, advantages=True)
-    g = make_trainer(out, ctx.path(f"train-{dtype}-grpo"), "grpo", dev,
-                     ["--lr", str(S["lr"]), "--optimizer-state", "reset", *flags])
+    g = make_trainer(out, ctx.path(f"train-{dtype}-grpo"), "grpo", dev, lr=S["lr"], optimizer_state="reset",
+                     **settings)
     margins, grpo_losses = [], []
     for _ in range(S["grpo_steps"]):
-        margins.append(_margin(trainer_logprobs(g.model, grpo, dev), grpo))
+        margins.append(_margin(trainer_logprobs(g, grpo), grpo))
         grpo_losses.append(train_step(g, grpo)["loss"])
-    margins.append(_margin(trainer_logprobs(g.model, grpo, dev), grpo))
+    margins.append(_margin(trainer_logprobs(g, grpo), grpo))
     finite = all(math.isfinite(x) for x in losses + margins + grpo_losses)
     ok = sft_falls and margins[-1] > margins[0] and finite
     return {"ok": ok, "dtype": dtype, "device": str(dev), "sft_losses": [r6(x) for x in losses],
@@ -287,31 +293,41 @@ def check_engine(ctx):
         served = torch.cat([torch.tensor([x[0] for x in r.out_logprobs]) for r in many])
     finally:
         eng.close()
-    trainer = load_model(folder, dev, torch.float32).eval()
-    train = torch.cat(trainer_logprobs(trainer, records, dev))
-    d = (served - train).abs()
-    ok = float(d.mean()) <= ctx.tol["engine_mean"] and float(d.max()) <= ctx.tol["engine_max"] \
-        and bool(torch.isfinite(served).all())
+    figures = {}
+    ok = bool(torch.isfinite(served).all())
+    # the trainer in fp32, and in the engine's dtype where train-step has --dtype (its autocast forward)
+    for name, settings in (("", {}), ("_train_" + dtype, {"dtype": dtype} if HAS_DTYPE else None)):
+        if settings is None or (settings and dtype == "fp16" and dev.type != "cuda"):
+            continue
+        trainer = make_trainer(folder, ctx.path("engine-trainer"), "sft", dev, **settings)
+        trainer.model.eval()
+        d = (served - torch.cat(trainer_logprobs(trainer, records))).abs()
+        del trainer
+        figures.update({f"logprob_mismatch{name}_mean": r6(d.mean()), f"logprob_mismatch{name}_max": r6(d.max())})
+        ok = ok and float(d.mean()) <= ctx.tol["engine_mean"] and float(d.max()) <= ctx.tol["engine_max"]
     return {"ok": ok, "dtype": dtype, "device": str(dev), "tokens_per_s_batch1": r6(S["gen"] / t1),
-            "tokens_per_s_batch64": r6(64 * S["gen"] / t64), "generated": S["gen"],
-            "logprob_mismatch_mean": r6(d.mean()), "logprob_mismatch_max": r6(d.max()),
+            "tokens_per_s_batch64": r6(64 * S["gen"] / t64), "generated": S["gen"], **figures,
             "logprob_std": r6(served.std())}
 
 
 # ---- ddp / shard --------------------------------------------------------------------------------------
 
-def check_distributed(ctx, name, flags):
+def check_distributed(ctx, name, settings):
     if name == "shard":
         if not HAS_SHARD:
             return {"skipped": True, "reason": NOT_YET}
         if ctx.env["fsdp"]["api"] is None:
             return {"skipped": True, "reason": f"FSDP does not import: {ctx.env['fsdp']['import_error']}"}
+        try:
+            parallel.fully_shard_api()
+        except parallel.SetupError as e:  # e.g. only FSDP1 (torch < 2.4)
+            return {"skipped": True, "reason": str(e)}
     two_gpus = ctx.device.type == "cuda" and torch.cuda.device_count() >= 2
     device = "auto" if two_gpus else "cpu"  # auto: each rank its own GPU (LOCAL_RANK)
     # the CPU fallback keeps the model small: two ranks of the GPU-sized model would take minutes
     cfg = ctx.config if two_gpus else CPU_CONFIG
     m0 = checkpoint(ctx.path(f"{name}-m0"), cfg, seed=41)
-    data = ctx.path(f"{name}-data.jsonl")
+    data = ctx.path(f"{name}-data.jsonl")  # two batches, each closed by its end_batch line
     with open(data, "w") as f:
         for step in range(2):
             for r in random_records(cfg["vocab_size"], 6, 5, 7, seed=100 + step):
@@ -320,8 +336,8 @@ def check_distributed(ctx, name, flags):
     runs = {}
     for world in (1, 2):
         out = ctx.path(f"{name}-w{world}")
-        argv = train_cli(m0, out, data, device, flags if world > 1 else [])
-        runs[world] = (_launch(argv, world, ctx.deadline), out)
+        argv = train_cli(m0, out, device, **(settings if world > 1 else {}))
+        runs[world] = (_launch(argv, data, world, ctx.deadline), out)
     (steps1, out1), (steps2, out2) = runs[1], runs[2]
     w0, w1, w2 = (load_model(p).state_dict() for p in (m0, out1, out2))
     update = max(float((w1[k] - w0[k]).abs().max()) for k in w0)
@@ -330,7 +346,7 @@ def check_distributed(ctx, name, flags):
     ok = len(steps1) == len(steps2) == 2 and steps2[0].get("world_size") == 2 and update > 0 and \
         diff <= ctx.tol["dist_weights"] * update and loss_diff <= ctx.tol["dist_loss"]
     return {"ok": ok, "processes": 2, "device": "cuda" if two_gpus else "cpu",
-            "backend": "nccl" if two_gpus else "gloo", "flags": flags, "max_update": r6(update),
+            "backend": "nccl" if two_gpus else "gloo", "settings": settings, "max_update": r6(update),
             "max_weight_diff": r6(diff), "loss_rel_diff": r6(loss_diff),
             "losses": [[r6(s["loss"]) for s in steps1], [r6(s["loss"]) for s in steps2]]}
 
@@ -341,19 +357,21 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _launch(argv, world, deadline):
+def _launch(argv, data, world, deadline):
     """Runs `world` ranks as torchrun would set them up (torchrun itself fails on Debian's torch 1.13
-    under Python 3.11); returns rank 0's Step records."""
+    under Python 3.11), rank 0 reading `data` on stdin; returns rank 0's Step records."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     if world > 1:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world),
                    LOCAL_WORLD_SIZE=str(world),
                    OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world))))
     procs = []
-    for rank in range(world):
-        rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank)) if world > 1 else env
-        procs.append(subprocess.Popen(argv, env=rank_env, stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True))
+    with open(data) as stdin:
+        for rank in range(world):
+            rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank)) if world > 1 else env
+            procs.append(subprocess.Popen(argv, env=rank_env, stdin=stdin if rank == 0 else subprocess.DEVNULL,
+                                          stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True))
     timeout = max(10.0, deadline - time.monotonic())
     outs = []
     try:
@@ -440,8 +458,8 @@ def main(argv):
         "train-fp32": lambda: check_train(ctx, "fp32"),
         "train-bf16": lambda: check_train(ctx, "bf16"),
         "engine": lambda: check_engine(ctx),
-        "ddp": lambda: check_distributed(ctx, "ddp", []),
-        "shard": lambda: check_distributed(ctx, "shard", SHARD_FLAGS),
+        "ddp": lambda: check_distributed(ctx, "ddp", {}),
+        "shard": lambda: check_distributed(ctx, "shard", SHARD_SETTINGS),
     }
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     try:

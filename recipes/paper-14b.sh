@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# rStar2-Agent's three GRPO-RoC stages at the paper's scale (docs/gpu.md, section 7). NOT RUN by
-# this project: it needs GPUs, a 14B SFT checkpoint and train-step's bf16 + sharded modes.
+# rStar2-Agent's three GRPO-RoC stages at the paper's scale (docs/gpu.md, sections 7 and 8). NOT RUN by
+# this project: it needs GPUs (torch >= 2.4 for FSDP2) and a 14B SFT checkpoint.
 #
 #   stage 1  the training problems, response budget 8K
 #   stage 2  the same problems, budget 12K, continuing the step count
@@ -21,7 +21,7 @@
 #   RSTAR_PAPER_BATCH [128] problems per step (release)   RSTAR_PAPER_KEEP [16] G, 2G = 32 sampled (release)
 #   RSTAR_PAPER_MAX_TURNS [5] (release)   RSTAR_PAPER_LR [1e-6]   RSTAR_PAPER_WARMUP [20] (release)
 #   RSTAR_PAPER_TRAIN_GPUS [8] train-step --nproc on this node
-#   RSTAR_PAPER_TRAIN_ARGS ["--dtype bf16 --shard full"] the bf16/FSDP flags train-step is getting ("" for none)
+#   RSTAR_PAPER_TRAIN_ARGS ["--dtype bf16 --shard full"] train-step's precision and sharding (docs/gpu.md section 8)
 #   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_STALENESS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,13 +41,9 @@ TRAIN_ARGS=${RSTAR_PAPER_TRAIN_ARGS---dtype bf16 --shard full}
 RSTAR=(node bin/rstar.js)
 [[ -f dist/src/cli.js ]] || npx tsc -p .
 
-# A 14B model's fp32 weights and AdamW moments (~224 GB) do not fit one GPU: training needs bf16
-# compute and FSDP sharding. Stop here, clearly, until train-step has them.
-help=$("${RSTAR[@]}" train-step --help)
-for flag in $TRAIN_ARGS; do
-  [[ $flag == --* ]] || continue
-  grep -q -- "$flag" <<<"$help" || die "train-step has no $flag yet (issue 18: bf16 and sharded training); set RSTAR_PAPER_TRAIN_ARGS to override"
-done
+# A 14B model's fp32 weights, gradients and AdamW moments (~224 GB) do not fit one GPU: bf16 compute
+# with FSDP2 sharding (--shard full) splits them over the ranks. A torch without FSDP2 makes the first
+# train-step exit 2 with the reason (`rstar doctor`, written below, says which torch was found).
 mkdir -p "$OUT/rl"
 "${RSTAR[@]}" doctor >"$OUT/doctor.json" || die "rstar doctor failed: no usable Python/torch (RSTAR_PYTHON)"
 # The release's hyper-parameters (docs/gpu.md section 7): one optimiser update per step, no KL, no

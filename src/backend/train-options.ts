@@ -232,6 +232,22 @@ export const TRAIN_FLAGS = {
     description: 'policy id in the Step record (default: the checkpoint path)',
     backend: 'policy',
   },
+  dtype: {
+    flags: '--dtype <dtype>',
+    description:
+      'compute dtype; master weights, gradients and AdamW state stay fp32 (bf16 also on CPU, fp16 on a GPU only)',
+    choices: ['fp32', 'bf16', 'fp16'],
+    default: 'fp32',
+    backend: 'dtype',
+  },
+  shard: {
+    flags: '--shard <mode>',
+    description:
+      'with --nproc >= 2: none (data parallel) | full (FSDP2, ZeRO-3) | grad-op (FSDP2, ZeRO-2); torch >= 2.4',
+    choices: ['none', 'full', 'grad-op'],
+    default: 'none',
+    backend: 'shard',
+  },
   device: {
     flags: '--device <name>',
     description: 'auto | cpu | cuda | cuda:N',
@@ -247,7 +263,7 @@ export const TRAIN_FLAGS = {
   },
   nproc: {
     flags: '--nproc <n>',
-    description: 'data-parallel processes (torch.distributed)',
+    description: 'training processes (torch.distributed): data parallel, or sharded with --shard',
     parse: integer(1),
     default: 1,
   },

@@ -11,7 +11,7 @@ import { once } from 'node:events';
 import { type AddressInfo, createServer } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { execa, type ResultPromise } from 'execa';
-import { DataError } from '../errors.js';
+import { DataError, UsageError } from '../errors.js';
 import { readLines, type SourceLine } from '../ndjson/index.js';
 import { Step } from '../records/step.js';
 import type { TrainRecord } from '../records/trajectory.js';
@@ -135,13 +135,12 @@ export async function startTrainer(options: TrainOptions): Promise<ResidentTrain
     }
   })().catch((error: Error) => fail(error));
   const exited = child.then((result) => {
-    fail(
-      new DataError(
-        result.exitCode === 0
-          ? 'the trainer exited'
-          : backendMessage(String(result.stderr), `backend exited with ${result.exitCode ?? result.signal}`),
-      ),
-    );
+    const message =
+      result.exitCode === 0
+        ? 'the trainer exited'
+        : backendMessage(String(result.stderr), `backend exited with ${result.exitCode ?? result.signal}`);
+    // exit 2: a setup the backend refused before training (--dtype/--shard this torch or device cannot run)
+    fail(result.exitCode === 2 ? new UsageError(message) : new DataError(message));
     if (result.exitCode !== 0) for (const peer of peers) peer.kill('SIGTERM');
     return result;
   });

@@ -55,37 +55,59 @@ def save_safetensors(tensors, path, metadata=None):
     os.replace(tmp, path)
 
 
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 8:
-        raise CheckpointError(f"{path}: not a safetensors file (too short)")
-    (n,) = struct.unpack("<Q", data[:8])
-    if n > len(data) - 8:
-        raise CheckpointError(f"{path}: not a safetensors file (header length {n} beyond the file)")
-    try:
-        header = json.loads(data[8:8 + n])
-    except ValueError as e:
-        raise CheckpointError(f"{path}: not a safetensors file (bad header: {e})")
-    body = memoryview(data)[8 + n:]
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = DTYPES.get(info["dtype"])
-        if dtype is None:
-            raise CheckpointError(f"{path}: {name}: unsupported dtype {info['dtype']}")
-        begin, end = info["data_offsets"]
-        shape = info["shape"]
-        if end > len(body):
-            raise CheckpointError(f"{path}: {name}: data beyond the end of the file")
+class SafetensorsFile:
+    """One .safetensors file, read tensor by tensor: the header (names, dtypes, shapes) at once, a
+    tensor's bytes only when asked, so loading a big checkpoint holds one tensor at a time in memory
+    besides the model itself."""
+
+    def __init__(self, path):
+        self.path = path
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{path}: not a safetensors file (too short)")
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                raise CheckpointError(f"{path}: not a safetensors file (header length {n} beyond the file)")
+            try:
+                header = json.loads(f.read(n))
+            except ValueError as e:
+                raise CheckpointError(f"{path}: not a safetensors file (bad header: {e})")
+        self.body = 8 + n
+        self.entries = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = DTYPES.get(info["dtype"])
+            if dtype is None:
+                raise CheckpointError(f"{path}: {name}: unsupported dtype {info['dtype']}")
+            begin, end = info["data_offsets"]
+            if self.body + end > size:
+                raise CheckpointError(f"{path}: {name}: data beyond the end of the file")
+            self.entries[name] = (dtype, tuple(info["shape"]), begin, end)
+
+    def names(self):
+        return list(self.entries)
+
+    def shape(self, name):
+        return self.entries[name][1]
+
+    def read(self, name):
+        dtype, shape, begin, end = self.entries[name]
         if end == begin:
-            out[name] = torch.empty(shape, dtype=dtype)
-            continue
-        # bytearray copy: frombuffer on read-only memory warns, and the tensor must own writable storage
-        t = torch.frombuffer(bytearray(body[begin:end]), dtype=dtype)
-        out[name] = t.reshape(shape)
-    return out
+            return torch.empty(shape, dtype=dtype)
+        # a bytearray: frombuffer on read-only memory warns, and the tensor must own writable storage
+        buf = bytearray(end - begin)
+        with open(self.path, "rb") as f:
+            f.seek(self.body + begin)
+            f.readinto(buf)
+        return torch.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+def load_safetensors(path):
+    f = SafetensorsFile(path)
+    return {name: f.read(name) for name in f.names()}
 
 
 def read_config(folder):
@@ -108,56 +130,77 @@ def read_config(folder):
         raise CheckpointError(f"{path}: {e}")
 
 
-def load_state_dict(folder):
+def open_weights(folder):
+    """{tensor name: the SafetensorsFile holding it} of a checkpoint folder, one file or sharded."""
     index = os.path.join(folder, INDEX)
     single = os.path.join(folder, SINGLE)
     if os.path.isfile(index):
         with open(index) as f:
             weight_map = json.load(f)["weight_map"]
-        state = {}
+        files = {}
         for shard in sorted(set(weight_map.values())):
             p = os.path.join(folder, shard)
             if not os.path.isfile(p):
                 raise CheckpointError(f"{folder}: shard {shard} listed in {INDEX} is missing")
-            state.update(load_safetensors(p))
-        return state
+            f = SafetensorsFile(p)
+            files.update({name: f for name in f.names()})
+        return files
     if os.path.isfile(single):
-        return load_safetensors(single)
+        f = SafetensorsFile(single)
+        return {name: f for name in f.names()}
     raise CheckpointError(f"{folder}: not a checkpoint: neither {SINGLE} nor {INDEX}")
 
 
+def load_state_dict(folder):
+    return {name: f.read(name) for name, f in open_weights(folder).items()}
+
+
 def load_model(folder, device="cpu", dtype=None):
-    """Builds the model from config.json and loads the weights, checking every tensor name and shape."""
+    """Builds the model from config.json and loads the weights, checking every tensor name and shape.
+
+    The model is built on the meta device in `dtype` (default fp32), materialised on `device`, and
+    each tensor is read from disk and copied into place one at a time: a bf16 model served on a GPU
+    never exists as an fp32 copy on the CPU, and no time goes into a random init that is overwritten."""
     cfg = read_config(folder)
-    state = load_state_dict(folder)
-    model = Qwen3ForCausalLM(cfg)
-    expected = model.state_dict()
+    files = open_weights(folder)
+    model = Qwen3ForCausalLM(cfg, device="meta", dtype=dtype or torch.float32)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if cfg.tie_word_embeddings:
         expected.pop("lm_head.weight", None)
-        state.pop("lm_head.weight", None)  # some exporters write the tied copy anyway
-    missing = [k for k in expected if k not in state]
-    unexpected = [k for k in state if k not in expected]
+        files.pop("lm_head.weight", None)  # some exporters write the tied copy anyway
+    missing = [k for k in expected if k not in files]
+    unexpected = [k for k in files if k not in expected]
     if missing or unexpected:
         raise CheckpointError(
             f"{folder}: weights do not match config.json: missing {missing[:3]}{'...' if len(missing) > 3 else ''}"
             f" unexpected {unexpected[:3]}{'...' if len(unexpected) > 3 else ''}")
+    for k, f in files.items():
+        if f.shape(k) != expected[k]:
+            raise CheckpointError(f"{folder}: {k}: shape {list(f.shape(k))} but config.json implies {list(expected[k])}")
+    model.to_empty(device=device)
+    model.tie_weights()
+    params = dict(model.named_parameters())
     with torch.no_grad():
-        params = dict(model.named_parameters())
-        for k, t in state.items():
-            if tuple(t.shape) != tuple(expected[k].shape):
-                raise CheckpointError(f"{folder}: {k}: shape {list(t.shape)} but config.json implies "
-                                      f"{list(expected[k].shape)}")
-            params[k].copy_(t.to(params[k].dtype))
-    model.to(device=device, dtype=dtype or torch.float32)
+        for k, f in files.items():
+            params[k].copy_(f.read(k))
     return model
 
 
-def save_model(model, folder, dtype=None, max_shard_bytes=None):
-    """Writes config.json and the weights in HF layout; shards when they exceed max_shard_bytes."""
+def checkpoint_dtype(cfg):
+    """The dtype a checkpoint of this config is written in: its torch_dtype (fp32 if unknown)."""
+    return BY_NAME.get(cfg.torch_dtype, torch.float32)
+
+
+def save_model(model, folder, dtype=None, max_shard_bytes=None, state=None):
+    """Writes config.json and the weights in HF layout; shards when they exceed max_shard_bytes.
+
+    dtype: default the config's torch_dtype (a bf16 checkpoint trained with fp32 master weights stays
+    bf16). state: the tensors to write, default model.state_dict() (a sharded trainer passes the whole
+    tensors it gathered)."""
     os.makedirs(folder, exist_ok=True)
     cfg = model.config
-    dtype = dtype or BY_NAME.get(cfg.torch_dtype, torch.float32)
-    state = {k: v.detach().to(dtype) for k, v in model.state_dict().items()}
+    dtype = dtype or checkpoint_dtype(cfg)
+    state = {k: v.detach().to(dtype) for k, v in (model.state_dict() if state is None else state).items()}
     if cfg.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     hf = cfg.to_hf()

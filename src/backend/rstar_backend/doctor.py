@@ -232,7 +232,8 @@ def warnings_of(r):
         w.append(f"FSDP does not import ({r['fsdp']['import_error']}): sharded training is unavailable, "
                  "only data-parallel (every rank holds the whole model and optimiser state)")
     elif r["fsdp"]["api"] == "fsdp1":
-        w.append("only FSDP1 (torch < 2.4): sharded training uses the older FullyShardedDataParallel wrapper")
+        w.append("only FSDP1 (torch < 2.4): train-step --shard needs FSDP2 (torch >= 2.4); only data-parallel "
+                 "training (--shard none) runs here")
     if not r["collective"]["available"]:
         w.append(f"the {r['collective']['backend']} collective backend is unavailable: --nproc > 1 will fail")
     return w

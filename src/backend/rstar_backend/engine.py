@@ -21,7 +21,7 @@ import torch
 
 from .checkpoint import CheckpointError, load_model, read_config
 from .detok import Detokenizer
-from .model import Rotary, previous_in_row, token_logprobs
+from .model import previous_in_row, token_logprobs
 
 
 PREFILL_TOKENS = 8192  # padded prompt tokens per prefill forward: bounds the activations' memory
@@ -77,16 +77,6 @@ def check_device(device, dtype):
     except (RuntimeError, TypeError) as e:
         name = str(dtype).replace("torch.", "")
         raise SetupError(f"--dtype {name} on {device}: this torch cannot run a {name} matmul there ({e})")
-
-
-def keep_rotary_fp32(model):
-    """Rotary frequencies back in fp32 after the model was cast to bf16/fp16: a bf16 inv_freq is off
-    by up to 0.4%, i.e. a rotation wrong by radians a few hundred positions in, where the trainer
-    (fp32 weights, autocast) keeps fp32 frequencies. cos/sin are still cast to the compute dtype."""
-    for module in model.modules():
-        if isinstance(module, Rotary) and module.inv_freq.dtype != torch.float32:
-            module.inv_freq = Rotary(model.config.head_dim, model.config.rope_theta).inv_freq.to(
-                module.inv_freq.device)
 
 
 class KVPool:
@@ -277,7 +267,6 @@ class Engine:
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
-        keep_rotary_fp32(model)
         return model
 
     # ---- called from HTTP threads ----

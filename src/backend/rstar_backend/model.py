@@ -108,9 +108,9 @@ class Qwen3Config:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim, eps):
+    def __init__(self, dim, eps, factory=None):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.ones(dim, **(factory or {})))
         self.variance_epsilon = eps
 
     def forward(self, x):
@@ -125,13 +125,29 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-class Rotary(nn.Module):
-    """Rotary embeddings in the half-split layout that Hugging Face's Qwen3 uses."""
+def rotary_frequencies(head_dim, theta):
+    """Qwen3's inverse frequencies, computed in fp32 on the CPU (the same bits wherever they are used)."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
 
-    def __init__(self, head_dim, theta):
+
+class Rotary(nn.Module):
+    """Rotary embeddings in the half-split layout that Hugging Face's Qwen3 uses.
+
+    inv_freq stays fp32 whatever the model is cast to: a bf16 inv_freq is off by up to 0.4%, a rotation
+    wrong by radians a few hundred positions in, so a bf16-served model would disagree with the trainer
+    (fp32 weights) on every long sequence. Every cast or move (`.to()`, `.bfloat16()`, `to_empty()`
+    after building on the meta device) recomputes it in fp32 on the new device; cos/sin are still cast
+    to the compute dtype in forward."""
+
+    def __init__(self, head_dim, theta, device=None):
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.head_dim, self.theta = head_dim, theta
+        self.register_buffer("inv_freq", rotary_frequencies(head_dim, theta).to(device or "cpu"), persistent=False)
+
+    def _apply(self, fn, *args, **kwargs):  # torch >= 2.0 passes `recurse`
+        super()._apply(fn, *args, **kwargs)
+        self.inv_freq = rotary_frequencies(self.head_dim, self.theta).to(self.inv_freq.device)
+        return self
 
     def forward(self, positions, dtype):
         # positions: (B, T) -> cos/sin (B, 1, T, head_dim), broadcast over heads
@@ -141,23 +157,24 @@ class Rotary(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg, layer_idx):
+    def __init__(self, cfg, layer_idx, factory):
         super().__init__()
         self.layer_idx = layer_idx
         self.n_head, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         b = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, self.n_head * self.head_dim, bias=b)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=b)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=b)
-        self.o_proj = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=b)
-        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)  # per-head norms: Qwen3's change over Qwen2
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_head * self.head_dim, bias=b, **factory)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=b, **factory)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=b, **factory)
+        self.o_proj = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=b, **factory)
+        # per-head norms: Qwen3's change over Qwen2
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, factory)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, factory)
         # Smeared keys (Olsson et al. 2022, "In-context learning and induction heads"): key t becomes
         # s*k_t + (1-s)*k_{t-1}, s = sigmoid(k_smear) per KV head, before rotary. A key then says which
         # token came *before* it, so one head can find "the token after the one I just wrote": copying a
         # number from the prompt, which a from-scratch tiny model otherwise learns only after a slow
         # two-layer induction circuit forms. Not part of Qwen3; off unless config.rstar_key_smear.
-        self.k_smear = nn.Parameter(torch.zeros(self.n_kv)) if cfg.rstar_key_smear else None
+        self.k_smear = nn.Parameter(torch.zeros(self.n_kv, **factory)) if cfg.rstar_key_smear else None
 
     def forward(self, x, cos, sin, cache=None, has_prev=None, rows=None):
         B, T, _ = x.shape
@@ -256,23 +273,23 @@ def attend(q, k, v, mask):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, factory):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False, **factory)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False, **factory)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False, **factory)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg, layer_idx):
+    def __init__(self, cfg, layer_idx, factory):
         super().__init__()
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, layer_idx)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, factory)
+        self.self_attn = Attention(cfg, layer_idx, factory)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, factory)
+        self.mlp = MLP(cfg, factory)
 
     def forward(self, x, cos, sin, cache=None, has_prev=None, rows=None):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, has_prev, rows)
@@ -280,24 +297,32 @@ class DecoderLayer(nn.Module):
 
 
 class Qwen3Body(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, factory):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList([DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, **factory)
+        self.layers = nn.ModuleList([DecoderLayer(cfg, i, factory) for i in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, factory)
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta, factory.get("device"))
 
 
 INIT_SCHEMES = ("normal", "induction")
 
 
 class Qwen3ForCausalLM(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, device=None, dtype=None):
+        """device/dtype: where and in what the parameters are created. device="meta" allocates nothing
+        (checkpoint.load_model builds so, then materialises the weights it reads in their place)."""
         super().__init__()
+        factory = {k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}
         self.config = cfg
-        self.model = Qwen3Body(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        if cfg.tie_word_embeddings:
+        self.model = Qwen3Body(cfg, factory)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, **factory)
+        self.tie_weights()
+
+    def tie_weights(self):
+        """The head shares the embedding matrix when the config says so (again after to_empty(), which
+        gives each module a parameter of its own)."""
+        if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def init_weights(self, seed, scheme="normal"):

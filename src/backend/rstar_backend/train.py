@@ -11,11 +11,14 @@ end_batch line are dropped (a step cut short is never trained).
 
 Data parallel under torchrun: rank 0 reads the input and broadcasts each batch; rank r trains on
 records r, r+W, ...; gradients are summed across ranks and every loss is divided by the batch's global
-count of loss tokens, so W processes compute the same update as one.
+count of loss tokens, so W processes compute the same update as one. `dtype` (bf16/fp16 compute, fp32
+master weights and AdamW state) and `shard` (FSDP2: parameters, gradients and moments split across the
+ranks) are parallel.py's.
 """
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -23,8 +26,11 @@ import time
 import torch
 import torch.distributed as dist
 
-from .checkpoint import CheckpointError, copy_tokenizer, load_model, load_safetensors, save_model, save_safetensors
+from . import parallel
+from .checkpoint import (CheckpointError, SafetensorsFile, checkpoint_dtype, copy_tokenizer, load_model, save_model,
+                         save_safetensors)
 from .model import entropy_from_logits, token_logprobs
+from .parallel import SetupError
 
 STATE = "trainer_state.json"
 MOMENTS = "optimizer.safetensors"
@@ -180,14 +186,22 @@ class Trainer:
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.device = pick_device(args.device)
+        self.sharded = args.shard != "none"
+        # before the process group starts and any checkpoint is read: a setup that cannot run says so
+        self.dtype = parallel.check_setup(args.dtype, args.shard, self.device, self.world)
         if self.world > 1:
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         torch.manual_seed(args.seed)
-        self.model = load_model(args.model, self.device, torch.float32)
+        # The loss is divided by the batch's global count of loss tokens, so the update is the SUM of
+        # the ranks' gradients (the data-parallel path all-reduces them so); sharded, FSDP2 reduces them
+        # in the backward, and shard() says what the loss must be multiplied by for a sum.
+        self.loss_scale = 1
+        self.model = self.load(args.model)
         self.model.train()
         self.cfg = self.model.config
+        self.scaler = parallel.grad_scaler(self.dtype)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         if args.optimizer == "sgd":  # plain SGD: the update is lr * gradient, handy for exact comparisons
             self.opt = torch.optim.SGD(self.params, lr=args.lr, weight_decay=args.weight_decay)
@@ -198,10 +212,66 @@ class Trainer:
         self.load_state(args.model)
         self.ref = None
         if args.kl_coef > 0:
-            self.ref = load_model(args.ref or args.model, self.device, torch.float32)
+            self.ref = self.load(args.ref or args.model, frozen=True)
             self.ref.eval()
-            for p in self.ref.parameters():
+
+    def load(self, folder, frozen=False):
+        """A checkpoint as fp32 master weights on this rank's device, sharded across the ranks with --shard."""
+        model = load_model(folder, self.device, torch.float32)
+        if frozen:
+            for p in model.parameters():
                 p.requires_grad_(False)
+        if self.sharded:
+            scale = parallel.shard(model, self.args.shard, self.device, self.dtype, frozen=frozen)
+            if not frozen:
+                self.loss_scale = scale
+        return model
+
+    def logits(self, model, ids, pos, lengths):
+        """The forward in the compute dtype (the logits may be bf16: every user casts them to fp32)."""
+        with parallel.autocast(self.device, self.dtype, self.sharded):
+            return response_logits(model, ids, pos, lengths)
+
+    def my_micro_batches(self, shares):
+        """This rank's micro-batches of its share (shares[r]: rank r's sequences). Sharded, every forward
+        and backward is a collective, so every rank runs as many passes: a short rank's list is padded
+        with None, an idle pass (idle_pass)."""
+        mine = micro_batches(shares[self.rank], self.args.micro_batch_tokens)
+        if self.sharded:
+            most = max(len(micro_batches(s, self.args.micro_batch_tokens)) for s in shares)
+            mine += [None] * (most - len(mine))
+        return mine
+
+    def idle_pass(self, train):
+        """One token through the model (and the reference, and back when `train`): no effect on the
+        update, but the same collectives, in the same order, as a real micro-batch."""
+        ids = torch.full((1, 1), self.cfg.pad_token_id, dtype=torch.long, device=self.device)
+        pos = torch.zeros((1, 1), dtype=torch.long, device=self.device)
+        with torch.set_grad_enabled(train):
+            logits = self.logits(self.model, ids, pos, [1])
+        if train and self.ref is not None:
+            with torch.no_grad():
+                self.logits(self.ref, ids, pos, [1])
+        if train:
+            (logits.float().sum() * 0.0).backward()
+
+    def backward(self, loss):
+        loss = loss * self.loss_scale
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def update(self):
+        """Clips and applies the accumulated gradients; returns the gradient norm, or None when fp16's
+        scaler found inf/NaN gradients and skipped the update (it then lowers the scale)."""
+        if self.scaler is not None:
+            self.scaler.unscale_(self.opt)
+        max_norm = self.args.max_grad_norm if self.args.max_grad_norm > 0 else float("inf")
+        norm = parallel.norm_value(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        if self.scaler is None:
+            self.opt.step()
+            return norm
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        return norm if math.isfinite(norm) else None
 
     def lr_at(self, step_index):
         a = self.args
@@ -221,15 +291,18 @@ class Trainer:
         return [[seqs[i] for i in order[j::k]] for j in range(k)]
 
     @torch.no_grad()
-    def behaviour_logprobs(self, seqs):
+    def behaviour_logprobs(self, shares):
         """log pi_old of each sequence's loss tokens under the weights before this step's first update.
 
         Needed when a step makes several updates: the PPO ratio of update 2 onwards must compare with
         the policy that generated the batch's scores, not with the weights of the previous update."""
         self.model.eval()
-        for mb in micro_batches(seqs, self.args.micro_batch_tokens):
+        for mb in self.my_micro_batches(shares):
+            if mb is None:
+                self.idle_pass(train=False)
+                continue
             ids, pos, tgt, mask, *_rest, lengths = pack(mb, self.device, self.cfg.pad_token_id)
-            logp = token_logprobs(response_logits(self.model, ids, pos, lengths), tgt).cpu()
+            logp = token_logprobs(self.logits(self.model, ids, pos, lengths), tgt).cpu()
             for i, s in enumerate(mb):
                 s["old"] = logp[i, :int(mask[i].sum())].clone()
         self.model.train()
@@ -252,13 +325,13 @@ class Trainer:
         from_rollout = grpo and a.old_logprobs == "rollout"
         precompute = grpo and not from_rollout and updates > 1
         if precompute:
-            mine_all = [s for part in parts for s in part[self.rank::self.world]]
-            self.behaviour_logprobs(mine_all)
+            self.behaviour_logprobs([[s for part in parts for s in part[r::self.world]] for r in range(self.world)])
         correction = a.rollout_correction if grpo and not from_rollout else "none"
         # loss, clipped, kl_old, entropy, |rollout-old|, n_rollout, kl_ref, rollout_kl, tis_capped, n_tokens
         sums = torch.zeros(10, dtype=torch.float64)
         seq_masked = [0, 0]  # sequences masked by seq-mask correction, sequences seen (first epoch)
         grad_norms = []
+        overflows = 0  # fp16 updates the loss scaler skipped
         n_micro = 0
         lr = batch.lr if getattr(batch, "lr", None) is not None else self.lr_at(self.step_no)
         for g in self.opt.param_groups:
@@ -269,12 +342,15 @@ class Trainer:
                 if n_loss == 0:
                     continue
                 self.opt.zero_grad(set_to_none=False)
-                mbs = micro_batches(part[self.rank::self.world], a.micro_batch_tokens)
-                n_micro += len(mbs)
+                mbs = self.my_micro_batches([part[r::self.world] for r in range(self.world)])
                 for mb in mbs:
+                    if mb is None:
+                        self.idle_pass(train=True)
+                        continue
+                    n_micro += 1
                     ids, pos, tgt, mask, rollout, has_rollout, adv, lengths = pack(mb, self.device,
                                                                                    self.cfg.pad_token_id)
-                    logits = response_logits(self.model, ids, pos, lengths)
+                    logits = self.logits(self.model, ids, pos, lengths)
                     logp = token_logprobs(logits, tgt)
                     with torch.no_grad():
                         ent = entropy_from_logits(logits)
@@ -319,28 +395,29 @@ class Trainer:
                             sums[5] += float(m_roll.sum())
                     if self.ref is not None:
                         with torch.no_grad():
-                            ref_lp = token_logprobs(response_logits(self.ref, ids, pos, lengths), tgt)
+                            ref_lp = token_logprobs(self.logits(self.ref, ids, pos, lengths), tgt)
                         d = (ref_lp - logp).clamp(-20, 20)
                         kl = (torch.exp(d) - d - 1).clamp(-10, 10)  # k3 estimator ("low_var_kl")
                         tok = tok + a.kl_coef * kl
                         sums[6] += float((kl.detach() * mask).sum())
                     if a.entropy_coef > 0:
                         tok = tok - a.entropy_coef * entropy_from_logits(logits)
-                    loss = (tok * mask).sum() / n_loss
-                    loss.backward()
+                    self.backward((tok * mask).sum() / n_loss)
                     sums[0] += float((tok.detach() * mask).sum())
                     sums[1] += float((clipped * mask).sum())
                     sums[2] += float((kl_old * mask).sum())
                     sums[3] += float((ent * mask).sum())
                     sums[9] += float(mask.sum())
-                if self.world > 1:
+                if self.world > 1 and not self.sharded:  # FSDP2 reduce-scatters in the backward itself
                     for p in self.params:
                         if p.grad is None:
                             p.grad = torch.zeros_like(p)
                         dist.all_reduce(p.grad)
-                max_norm = a.max_grad_norm if a.max_grad_norm > 0 else float("inf")
-                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, max_norm)))
-                self.opt.step()
+                norm = self.update()
+                if norm is None:
+                    overflows += 1
+                else:
+                    grad_norms.append(norm)
         if self.world > 1:
             sums = sums.to(self.device)  # nccl reduces device tensors only
             dist.all_reduce(sums)
@@ -365,7 +442,10 @@ class Trainer:
             "cpu_seconds": round(time.process_time() - c0, 6),
             "loss_type": a.loss, "loss_tokens": int(n_loss_all), "updates": len(grad_norms),
             "mini_batches": len(parts), "epochs": a.epochs, "micro_batches": n_micro, "world_size": self.world,
+            "dtype": a.dtype, "shard": a.shard,
         }
+        if overflows:
+            record["skipped_updates"] = overflows
         if sums[5] > 0:
             record["logprob_mismatch"] = float(sums[4]) / float(sums[5])
             if grpo:
@@ -377,7 +457,7 @@ class Trainer:
                     record["seq_masked_frac"] = seq_masked[0] / max(1, seq_masked[1])
         if self.ref is not None:
             record["kl"] = float(sums[6]) / n_tok
-        if self.rank == 0:
+        if self.rank == 0 or self.sharded:  # sharded: gathering the weights takes every rank
             self.save(out, record)
         if self.world > 1:
             dist.barrier()
@@ -392,7 +472,7 @@ class Trainer:
                 "approx_kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "lr": 0.0, "sequences": 0, "tokens": 0,
                 "seconds": round(time.time() - t0, 6), "loss_type": self.args.loss, "loss_tokens": 0, "updates": 0,
                 "skipped": "empty batch: every group had equal rewards"}
-        if self.rank == 0:
+        if self.rank == 0 or self.sharded:
             self.save(out, record)
         if self.world > 1:
             dist.barrier()
@@ -414,15 +494,18 @@ class Trainer:
         self.step_no = int(meta["step"])
         if not os.path.isfile(moments_path):
             return
-        moments = load_safetensors(moments_path)
+        moments = SafetensorsFile(moments_path)  # read one tensor at a time
+        names = set(moments.names())
         for i, p in enumerate(self.params):
-            if self.args.optimizer != "adamw" or f"exp_avg.{i}" not in moments:
+            if self.args.optimizer != "adamw" or f"exp_avg.{i}" not in names:
                 continue
-            m, v = moments[f"exp_avg.{i}"], moments[f"exp_avg_sq.{i}"]
-            if m.shape != p.shape:
-                raise CheckpointError(f"{moments_path}: exp_avg.{i}: shape {list(m.shape)} differs from the model")
-            self.opt.state[p] = {"step": torch.tensor(float(moments[f"step.{i}"])),
-                                 "exp_avg": m.to(self.device), "exp_avg_sq": v.to(self.device)}
+            if moments.shape(f"exp_avg.{i}") != tuple(p.shape):
+                raise CheckpointError(f"{moments_path}: exp_avg.{i}: shape {list(moments.shape(f'exp_avg.{i}'))} "
+                                      "differs from the model")
+            # sharded: every rank reads the whole tensor and keeps its own part
+            self.opt.state[p] = {"step": torch.tensor(float(moments.read(f"step.{i}"))),
+                                 "exp_avg": parallel.like(p, moments.read(f"exp_avg.{i}")),
+                                 "exp_avg_sq": parallel.like(p, moments.read(f"exp_avg_sq.{i}"))}
 
     def save(self, out, record=None):
         """Writes the checkpoint beside `out` and renames it into place, so a run killed mid-save
@@ -430,10 +513,12 @@ class Trainer:
         step's record is written inside (step.json), so a run killed before it printed the record
         still has it."""
         import shutil
-        out = os.path.normpath(out)
-        tmp = f"{out}.partial-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_model(self.model, tmp, max_shard_bytes=self.args.max_shard_bytes or None)
+        # Whole tensors on rank 0: sharded, gathering them is a collective every rank takes part in.
+        keep = self.rank == 0
+        state = self.model.state_dict()
+        if self.cfg.tie_word_embeddings:
+            state.pop("lm_head.weight", None)  # the embedding matrix: gathered (and written) once
+        weights = parallel.gather(state, keep, checkpoint_dtype(self.cfg))
         moments = {}
         for i, p in enumerate(self.params):
             st = self.opt.state.get(p)
@@ -441,6 +526,13 @@ class Trainer:
                 moments[f"exp_avg.{i}"] = st["exp_avg"]
                 moments[f"exp_avg_sq.{i}"] = st["exp_avg_sq"]
                 moments[f"step.{i}"] = torch.tensor(float(st["step"]))
+        moments = parallel.gather(moments, keep)
+        if not keep:
+            return
+        out = os.path.normpath(out)
+        tmp = f"{out}.partial-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_model(self.model, tmp, max_shard_bytes=self.args.max_shard_bytes or None, state=weights)
         save_safetensors(moments, os.path.join(tmp, MOMENTS))
         copy_tokenizer(self.args.model if os.path.isdir(self.args.model) else out, tmp)
         meta = {"step": self.step_no, "loss": self.args.loss, "optimizer": self.args.optimizer, "lr": self.args.lr,
@@ -491,6 +583,9 @@ def main(argv):
             if trainer.rank == 0:
                 sys.stdout.write(json.dumps(record) + "\n")
                 sys.stdout.flush()
+    except SetupError as e:  # the precision or sharding cannot run here: a usage/setup error
+        sys.stderr.write(f"rstar train-step: {e}\n")
+        return 2
     except (DataError, CheckpointError) as e:
         sys.stderr.write(f"rstar train-step: {e}\n")
         return 1
