@@ -59,6 +59,7 @@ sys.path.insert(0, os.path.join(BACKEND, "tests"))
 # Every key train-step sends, at its default (device "cpu"): the backend's unit-test settings, which
 # test/backend.test.ts keeps equal to train-options.ts's table, so this script needs no Node.
 from common import SETTINGS as TRAIN_DEFAULTS  # noqa: E402
+from common import random_records  # noqa: E402
 
 DTYPE_SETTINGS = {"dtype": "bf16"}  # bf16 compute, fp32 master weights and optimiser state
 SHARD_SETTINGS = {"shard": "full"}  # FSDP2: parameters, gradients and optimiser state sharded
@@ -147,17 +148,8 @@ def checkpoint(folder, cfg_dict, seed, tie=True):
     return folder
 
 
-def random_records(vocab, n, prompt, response, seed, advantages=False):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        rec = {"prompt_ids": torch.randint(3, vocab, (prompt,), generator=g).tolist(),
-               "response_ids": torch.randint(3, vocab, (response,), generator=g).tolist(),
-               "loss_mask": [1] * response}
-        if advantages:
-            rec["advantage"] = 1.0 if i % 2 == 0 else -1.0
-        out.append(rec)
-    return out
+def records_for(vocab, n, prompt, response, seed, advantages=False):
+    return random_records(n, prompt, response, seed, vocab=vocab, advantages=advantages)
 
 
 # ---- hf-reference -------------------------------------------------------------------------------------
@@ -221,7 +213,7 @@ def check_train(ctx, dtype):
     settings = DTYPE_SETTINGS if dtype == "bf16" else {}
     dev, S, V = ctx.device, ctx.sizes, ctx.config["vocab_size"]
     m0 = checkpoint(ctx.path(f"train-{dtype}-m0"), ctx.config, seed=21)
-    sft = random_records(V, S["seqs"], S["prompt"], S["response"], seed=1)
+    sft = records_for(V, S["seqs"], S["prompt"], S["response"], seed=1)
     out = ctx.path(f"train-{dtype}-out")
     t = make_trainer(m0, out, "sft", dev, lr=S["lr"], **settings)
     losses, tokens, seconds = [], 0, 0.0
@@ -234,7 +226,7 @@ def check_train(ctx, dtype):
     sft_falls = all(b < a for a, b in zip(losses, losses[1:]))
     del t
     # GRPO from the SFT checkpoint: positive-advantage responses should gain log-prob over negative ones
-    grpo = random_records(V, S["seqs"], S["prompt"], S["response"], seed=2, advantages=True)
+    grpo = records_for(V, S["seqs"], S["prompt"], S["response"], seed=2, advantages=True)
     g = make_trainer(out, ctx.path(f"train-{dtype}-grpo"), "grpo", dev, lr=S["lr"], optimizer_state="reset",
                      **settings)
     margins, grpo_losses = [], []
@@ -330,7 +322,7 @@ def check_distributed(ctx, name, settings):
     data = ctx.path(f"{name}-data.jsonl")  # two batches, each closed by its end_batch line
     with open(data, "w") as f:
         for step in range(2):
-            for r in random_records(cfg["vocab_size"], 6, 5, 7, seed=100 + step):
+            for r in records_for(cfg["vocab_size"], 6, 5, 7, seed=100 + step):
                 f.write(json.dumps(r) + "\n")
             f.write(json.dumps({"end_batch": True}) + "\n")
     runs = {}

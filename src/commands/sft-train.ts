@@ -2,17 +2,15 @@ import { addTrainFlags, type TrainOptions, trainOptions } from '../backend/train
 import { UsageError } from '../errors.js';
 import { NdjsonWriter } from '../ndjson/index.js';
 import { integer, number, parse, program } from '../program.js';
-import { sftTrain } from '../sft/train.js';
+import { type SftTrainOptions, sftTrain } from '../sft/train.js';
 
-interface Options {
+/** The loop's own flags: sftTrain's settings (the trainer's come from train-step's table), plus the data. */
+type Options = Pick<
+  SftTrainOptions,
+  'batch' | 'window' | 'decay' | 'seconds' | 'maxSteps' | 'snapshotEvery'
+> & {
   data: string;
-  batch: number;
-  window: number;
-  decay: number;
-  seconds: number;
-  maxSteps: number;
-  snapshotEvery: number;
-}
+};
 
 const HELP = `
 Trains on --data with one resident trainer (train-step's backend, loss sft) until the budget

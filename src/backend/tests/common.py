@@ -53,6 +53,21 @@ SETTINGS = dict(loss="sft", lr=1e-6, optimizer="adamw", warmup_steps=0, weight_d
                 max_shard_bytes=0, policy=None, dtype="fp32", shard="none", device="cpu", seed=0)
 
 
+def random_records(n, prompt, response, seed, vocab=64, advantages=False):
+    """n records of random tokens (ids from 3 up), every response token trained; GRPO ones alternate
+    advantage +1 / -1. Shared by the unit tests and bench/gpu-check.py."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        rec = {"prompt_ids": torch.randint(3, vocab, (prompt,), generator=g).tolist(),
+               "response_ids": torch.randint(3, vocab, (response,), generator=g).tolist(),
+               "loss_mask": [1] * response}
+        if advantages:
+            rec["advantage"] = 1.0 if i % 2 == 0 else -1.0
+        out.append(rec)
+    return out
+
+
 def batch(records):
     return list(records)
 

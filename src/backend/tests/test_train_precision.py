@@ -6,7 +6,7 @@ import unittest
 
 import torch
 
-from common import TempDirCase, batch, read_json
+from common import TempDirCase, batch, random_records, read_json
 from rstar_backend import engine as E
 from rstar_backend import parallel
 from rstar_backend.checkpoint import load_model, load_safetensors, load_state_dict, save_model
@@ -19,17 +19,7 @@ from test_engine_dtype import CONFIG, engine_args, generate
 PEAKED = dict(initializer_range=0.2)
 
 
-def records(n, prompt, response, seed, vocab=64, advantages=False):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        rec = {"prompt_ids": torch.randint(3, vocab, (prompt,), generator=g).tolist(),
-               "response_ids": torch.randint(3, vocab, (response,), generator=g).tolist(),
-               "loss_mask": [1] * response}
-        if advantages:
-            rec["advantage"] = 1.0 if i % 2 == 0 else -1.0
-        out.append(rec)
-    return out
+records = random_records
 
 
 def trainer_logprobs(trainer, recs):
