@@ -17,11 +17,13 @@
 #   RSTAR_DEMO_LR [3e-4]   RSTAR_DEMO_MINI_BATCHES [2]   RSTAR_DEMO_DOWN_SAMPLE [roc; none: plain GRPO]
 #   RSTAR_DEMO_DYNAMIC [2: dynamic sampling, up to 2x the problems until every step has B mixed groups;
 #     1: off] (docs/experiments/2026-12-02-dynamic-sampling.md)
+#   RSTAR_DEMO_STALENESS [1: one-step-off, generation of step k+1 overlaps training of step k, on one
+#     core each (engine-serve --threads 1, train-step --threads 1); 0: strictly on-policy, each on every core]
 #   RSTAR_DEMO_EVAL_N [4] samples per held-out problem for the SFT and final evaluations
 #   RSTAR_DEMO_CURVE_N [2] samples per held-out problem after stages 1 and 2 (the curve; 0: skip)
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run),
-#   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_STALENESS, RSTAR_RL_DYNAMIC).
+#   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_EPOCHS, RSTAR_RL_LR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=recipes/lib.sh
@@ -52,7 +54,13 @@ DATA=$SFT/data
 # 2. Servers shared by the stages and the evaluations: one engine, one sandbox.
 trap stop_servers EXIT
 step "engine-serve + sandbox-serve"
-start_server engine-serve "$OUT/engine.log" engine-serve --model "$SFT/ckpt" --weight-version 0
+STALENESS=${RSTAR_DEMO_STALENESS:-1}
+# Overlapped, the engine and the trainer each get one core: the engine's decode steps are small
+# enough that a second thread buys it nothing (measured: same tokens/s), and two processes spinning
+# two OpenMP threads each on two cores spend much of their time in the kernel.
+THREADS=0
+((STALENESS > 0)) && THREADS=1
+start_server engine-serve "$OUT/engine.log" engine-serve --model "$SFT/ckpt" --weight-version 0 --threads "$THREADS"
 ENGINE=$SERVER_URL
 start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve
 SANDBOX=$SERVER_URL
@@ -84,7 +92,7 @@ export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE=$ENGINE RSTAR_RL_SANDBOX=$SANDBO
 export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
 export RSTAR_RL_LR=${RSTAR_DEMO_LR:-3e-4} RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
-export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2}
+export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS
 first=1
 last=0
 for stage in 1 2 3; do

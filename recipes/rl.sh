@@ -25,6 +25,9 @@
 #   RSTAR_RL_DYNAMIC [2: refill up to 2*B problems until B groups are mixed, so every update sees a
 #                       full batch; 1: off]
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
+#   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
+#   RSTAR_RL_ENGINE_THREADS [0]  of the engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
+#                       machine, 1 and 1 let generation and training overlap on one core each
 #   RSTAR_RL_TRAIN_ARGS [extra train-step flags]
 #   RSTAR_RL_ENGINE / RSTAR_RL_SANDBOX  running servers to use (default: start engine-serve and
 #                       sandbox-serve for this stage and stop them at the end)
@@ -54,6 +57,8 @@ MAX_TOKENS=${RSTAR_RL_MAX_TOKENS:-384}
 MAX_TURNS=${RSTAR_RL_MAX_TURNS:-3}
 TEMPERATURE=${RSTAR_RL_TEMPERATURE:-1}
 STALENESS=${RSTAR_RL_STALENESS:-0}
+TRAIN_THREADS=${RSTAR_RL_TRAIN_THREADS:-0}
+ENGINE_THREADS=${RSTAR_RL_ENGINE_THREADS:-0}
 DYNAMIC=${RSTAR_RL_DYNAMIC:-2}
 SEED=${RSTAR_RL_SEED:-0}
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
@@ -98,7 +103,7 @@ done
 trap stop_servers EXIT
 ENGINE=${RSTAR_RL_ENGINE:-}
 if [[ -z $ENGINE ]]; then
-  start_server engine-serve "$OUT/engine.log" engine-serve --model "$model" --weight-version "$version"
+  start_server engine-serve "$OUT/engine.log" engine-serve --model "$model" --weight-version "$version" --threads "$ENGINE_THREADS"
   ENGINE=$SERVER_URL
 else
   "${RSTAR[@]}" rollout --reload "$model" --weight-version "$version" --engine "$ENGINE"
@@ -127,7 +132,7 @@ trained() {
     "${RSTAR[@]}" advantage --group-size "$KEPT" |
     "${RSTAR[@]}" train-step --follow --loss grpo --model "$model" --weight-version "$version" \
       --out "$OUT/step-{step}" --policy "rl-step-{step}" --sync "$ENGINE" --max-staleness "$STALENESS" \
-      --lr "$LR" --mini-batches "$MINI" --epochs "$EPOCHS" ${RSTAR_RL_TRAIN_ARGS:-} |
+      --lr "$LR" --mini-batches "$MINI" --epochs "$EPOCHS" --threads "$TRAIN_THREADS" ${RSTAR_RL_TRAIN_ARGS:-} |
     tee -a "$OUT/steps.jsonl" |
     while IFS= read -r record; do
       k=$(json_number "$record" step)

@@ -12,6 +12,8 @@ export interface EngineOptions {
   maxRunningRequests?: number;
   /** The label of the weights served at start (SGLang's weight_version; default "0"). */
   weightVersion?: string;
+  /** CPU threads for the model's ops (0 or absent: torch's default). */
+  threads?: number;
 }
 
 export interface Engine {
@@ -30,6 +32,7 @@ export function engineArgs(options: EngineOptions & { host?: string }): string[]
     args.push('--max-running-requests', String(options.maxRunningRequests));
   }
   if (options.weightVersion !== undefined) args.push('--weight-version', options.weightVersion);
+  if (options.threads) args.push('--threads', String(options.threads));
   return args;
 }
 
@@ -42,7 +45,7 @@ export async function startEngine(options: EngineOptions): Promise<Engine> {
     name: 'engine-serve',
     command: await findPython(),
     args: engineArgs(options),
-    env: backendEnv(),
+    env: backendEnv(options.threads),
     killAfterMs: 5000,
   });
   return {

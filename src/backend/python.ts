@@ -80,8 +80,11 @@ function detectedCoreType(): string | undefined {
 }
 
 /** Environment for backend processes: unbuffered, so log lines and records arrive when written. */
-export function backendEnv(): NodeJS.ProcessEnv {
+export function backendEnv(threads = 0): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: '1', PYTHONDONTWRITEBYTECODE: '1' };
+  // OpenMP and OpenBLAS size their pools from OMP_NUM_THREADS when torch loads (set_num_threads
+  // later does not shrink OpenBLAS's), so a thread count goes in the environment too.
+  if (threads > 0) env.OMP_NUM_THREADS = String(threads);
   const core = env.OPENBLAS_CORETYPE ? undefined : detectedCoreType();
   if (core) env.OPENBLAS_CORETYPE = core;
   return env;

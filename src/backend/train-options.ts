@@ -267,6 +267,13 @@ export const TRAIN_FLAGS = {
     parse: integer(1),
     default: 1,
   },
+  threads: {
+    flags: '--threads <n>',
+    description:
+      "CPU threads per training process (0: the cores shared among the processes); 1 leaves a core to an engine that overlaps",
+    parse: integer(0),
+    default: 0,
+  },
 } as const satisfies Record<string, Flag>;
 
 type Flags = typeof TRAIN_FLAGS;

@@ -71,12 +71,13 @@ async function freePort(): Promise<number> {
  * ourselves: Debian's torch 1.13 torchrun fails under Python 3.11 (its Std flag parsing returns None),
  * and launching directly lets rank 0 read our pipe while the others stay silent.
  */
-async function distributedEnv(n: number): Promise<NodeJS.ProcessEnv[]> {
-  if (n === 1) return [{}];
+async function distributedEnv(n: number, threadsPerRank: number): Promise<NodeJS.ProcessEnv[]> {
+  // --threads wins; else, as torchrun does, ranks share the host's cores instead of each starting
+  // one thread per core (OpenBLAS reads OMP_NUM_THREADS too), unless OMP_NUM_THREADS is already set.
+  const given = threadsPerRank > 0 ? String(threadsPerRank) : undefined;
+  if (n === 1) return [given ? { OMP_NUM_THREADS: given } : {}];
   const port = String(await freePort());
-  // As torchrun does: ranks share the host's cores instead of each starting one thread per core
-  // (OpenBLAS reads OMP_NUM_THREADS too). A value already set wins.
-  const threads = process.env.OMP_NUM_THREADS ?? String(Math.max(1, Math.floor(availableParallelism() / n)));
+  const threads = given ?? process.env.OMP_NUM_THREADS ?? String(Math.max(1, Math.floor(availableParallelism() / n)));
   return Array.from({ length: n }, (_, rank) => ({
     OMP_NUM_THREADS: threads,
     RANK: String(rank),
@@ -98,7 +99,7 @@ export async function startTrainer(options: TrainOptions): Promise<ResidentTrain
   if (options.ref) readCheckpointConfig(options.ref);
   const python = await findPython();
   const argv = [BACKEND_SCRIPT, ...backendTrainArgv(options)];
-  const world = await distributedEnv(options.nproc);
+  const world = await distributedEnv(options.nproc, options.threads);
   // Rank 0 reads the batches and broadcasts them; the other ranks need no stdio of ours.
   const child: ResultPromise = execa(python, argv, {
     env: { ...backendEnv(), ...world[0] },

@@ -30,6 +30,12 @@ export async function run(argv: string[]): Promise<void> {
       ),
     )
     .option('--device <name>', 'auto (the first GPU, else the CPU), cpu, cuda or cuda:N', 'auto')
+    .option(
+      '--threads <n>',
+      "CPU threads for the model's ops (0: torch's default, one per core); 1 leaves the other cores to a trainer that overlaps",
+      integer(0),
+      0,
+    )
     .option('--ready-file <file>', 'write the URL to FILE once listening (for scripts)');
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<{
@@ -41,6 +47,7 @@ export async function run(argv: string[]): Promise<void> {
     weightVersion: string;
     dtype: string;
     device: string;
+    threads: number;
     readyFile?: string;
   }>();
   if (o.port > 65535) throw new UsageError('--port: expected 0..65535');
@@ -51,7 +58,7 @@ export async function run(argv: string[]): Promise<void> {
     name: 'engine-serve',
     command: python,
     args: [...engineArgs(o), '--dtype', o.dtype, '--device', o.device],
-    env: backendEnv(),
+    env: backendEnv(o.threads),
     echo: true,
     readyTimeoutMs: 0,
   });
