@@ -270,7 +270,7 @@ export const TRAIN_FLAGS = {
   threads: {
     flags: '--threads <n>',
     description:
-      "CPU threads per training process (0: the cores shared among the processes); 1 leaves a core to an engine that overlaps",
+      'CPU threads per training process (0: the cores shared among the processes); 1 leaves a core to an engine that overlaps',
     parse: integer(0),
     default: 0,
   },

@@ -77,7 +77,8 @@ async function distributedEnv(n: number, threadsPerRank: number): Promise<NodeJS
   const given = threadsPerRank > 0 ? String(threadsPerRank) : undefined;
   if (n === 1) return [given ? { OMP_NUM_THREADS: given } : {}];
   const port = String(await freePort());
-  const threads = given ?? process.env.OMP_NUM_THREADS ?? String(Math.max(1, Math.floor(availableParallelism() / n)));
+  const threads =
+    given ?? process.env.OMP_NUM_THREADS ?? String(Math.max(1, Math.floor(availableParallelism() / n)));
   return Array.from({ length: n }, (_, rank) => ({
     OMP_NUM_THREADS: threads,
     RANK: String(rank),
