@@ -29,7 +29,7 @@ function serve(args: string[]): Promise<ChildServer & { url: string }> {
   });
 }
 
-describe('engine-serve --dtype/--device', () => {
+describe('engine-serve --dtype/--device/--threads', () => {
   test('--dtype bf16 --device cpu serves bf16 weights and fp32 log-probs', async () => {
     const server = await serve(['--dtype', 'bf16', '--device', 'cpu', '--max-total-tokens', '512']);
     try {
@@ -64,6 +64,16 @@ describe('engine-serve --dtype/--device', () => {
     try {
       const info = (await (await fetch(`${server.url}/get_server_info`)).json()) as Record<string, unknown>;
       assert.equal(info.dtype, 'float32');
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('--threads N runs the model on N CPU threads (reported in /get_server_info)', async () => {
+    const server = await serve(['--threads', '1', '--max-total-tokens', '512']);
+    try {
+      const info = (await (await fetch(`${server.url}/get_server_info`)).json()) as Record<string, unknown>;
+      assert.equal(info.threads, 1);
     } finally {
       await server.stop();
     }

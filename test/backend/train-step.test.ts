@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { execa } from 'execa';
@@ -270,6 +270,17 @@ describe('backend: model-init and train-step CLIs', () => {
     const trainer = await startTrainer(trainOptions({ loss: 'sft', model: bad, out: join(dir, 'never') }));
     await assert.rejects(trainer.step(records), /not a checkpoint: neither model\.safetensors/);
     await assert.rejects(trainer.close(), /not a checkpoint/);
+  });
+
+  test('--threads N trains on N CPU threads per process; the default shares the cores among them', async () => {
+    const args = ['train-step', '--loss', 'grpo', '--model', m0, data];
+    const one = await rstar([...args, '--out', join(dir, 'threads-1'), '--threads', '1']);
+    assert.equal(one.code, 0, one.stderr);
+    assert.equal(lines<{ threads: number }>(one.stdout)[0]?.threads, 1);
+    const two = await rstar([...args, '--out', join(dir, 'threads-dp'), '--nproc', '2']);
+    assert.equal(two.code, 0, two.stderr);
+    const shared = Number(process.env.OMP_NUM_THREADS ?? Math.max(1, Math.floor(availableParallelism() / 2)));
+    assert.equal(lines<{ threads: number }>(two.stdout)[0]?.threads, shared);
   });
 
   test('2 data-parallel processes give the same update as 1', async () => {

@@ -144,6 +144,33 @@ describe('the streaming RL loop (recipes/rl.sh)', () => {
     assert.ok(third.every((t) => t.policy_version === '2'));
   });
 
+  test('one-step-off on one core each (the main job on CPU): each step one version behind at most, every trajectory once', async () => {
+    const out = join(dir, 'overlap');
+    const overlap = { ...env, RSTAR_RL_STEPS: '3', RSTAR_RL_STALENESS: '1', RSTAR_RL_TRAIN_THREADS: '1' };
+    const { code, log } = await finished(runRecipe(out, overlap));
+    assert.equal(code, 0, log);
+    const steps = readNdjson<{ step: number; threads: number }>(join(out, 'steps.jsonl'));
+    assert.deepEqual(
+      steps.map((s) => [s.step, s.threads]),
+      [
+        [1, 1],
+        [2, 1],
+        [3, 1],
+      ],
+    );
+    for (const k of [1, 2, 3]) {
+      const trajectories = readNdjson<{ id: string; step: number; policy_version: string }>(
+        join(out, 'trajectories', `step-${k}.jsonl`),
+      );
+      assert.equal(new Set(trajectories.map((t) => t.id)).size, 16);
+      for (const t of trajectories) {
+        assert.equal(t.step, k);
+        const version = Number(t.policy_version);
+        assert.ok(version >= Math.max(0, k - 2) && version <= k - 1, `step ${k} from version ${version}`);
+      }
+    }
+  });
+
   test('a killed run resumes at its last finished step; no step is lost or trained twice', async () => {
     const out = join(dir, 'killed');
     const child = runRecipe(out, { ...env, RSTAR_RL_STEPS: '4' });

@@ -695,6 +695,7 @@ def server_info(engine):
         "max_running_requests": engine.args.max_running_requests, "page_size": 1,
         "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
         "kv_cache_bytes": engine.pool.nbytes, "vocab_size": cfg.vocab_size, "version": "rstar-engine/1",
+        "threads": torch.get_num_threads(),
         "internal_states": [{"max_total_num_tokens": engine.pool.size}],
     }
 

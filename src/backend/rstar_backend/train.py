@@ -442,7 +442,7 @@ class Trainer:
             "cpu_seconds": round(time.process_time() - c0, 6),
             "loss_type": a.loss, "loss_tokens": int(n_loss_all), "updates": len(grad_norms),
             "mini_batches": len(parts), "epochs": a.epochs, "micro_batches": n_micro, "world_size": self.world,
-            "dtype": a.dtype, "shard": a.shard,
+            "dtype": a.dtype, "shard": a.shard, "threads": torch.get_num_threads(),
         }
         if overflows:
             record["skipped_updates"] = overflows
