@@ -5,7 +5,7 @@
 #      train-step --follow --sync, one streaming pipeline per stage, the step count continuing):
 #        stage 1 at a short response budget, stage 2 at a raised budget, stage 3 on the hard problems
 #        only (those not solved by every rollout of their last pass, `rstar hard-problems`)
-#   3. held-out evaluation after SFT and after each stage: OUT/rl/curve.jsonl and curve.svg
+#   3. held-out evaluation after SFT, every 10 steps and after each stage: OUT/rl/curve.jsonl and curve.svg
 #      (training reward per step, held-out avg@n per stage), and OUT/compare.md (SFT vs RL, with
 #      paired bootstrap 95% intervals)
 #
@@ -20,7 +20,10 @@
 #   RSTAR_DEMO_STALENESS [1: one-step-off, generation of step k+1 overlaps training of step k, on one
 #     core each (engine-serve --threads 1, train-step --threads 1); 0: strictly on-policy, each on every core]
 #   RSTAR_DEMO_EVAL_N [4] samples per held-out problem for the SFT and final evaluations
-#   RSTAR_DEMO_CURVE_N [2] samples per held-out problem after stages 1 and 2 (the curve; 0: skip)
+#   RSTAR_DEMO_CURVE_N [2] samples per held-out problem for the curve's points (0: skip them)
+#   RSTAR_DEMO_CURVE_EVERY [10] a curve point every this many steps (the checkpoint step-K, evaluated
+#     once its stage is done, so the evaluation never shares the engine with a running stage) and
+#     after each stage
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run),
 #   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_EPOCHS, RSTAR_RL_LR).
@@ -37,6 +40,8 @@ read -r -a TOKENS <<<"${RSTAR_DEMO_TOKENS:-256 384 384}"
 ((${#STAGES[@]} == 3 && ${#TOKENS[@]} == 3)) || die "RSTAR_DEMO_STAGES and RSTAR_DEMO_TOKENS take three numbers each"
 EVAL_N=${RSTAR_DEMO_EVAL_N:-4}
 CURVE_N=${RSTAR_DEMO_CURVE_N:-2}
+CURVE_EVERY=${RSTAR_DEMO_CURVE_EVERY:-10}
+[[ $CURVE_EVERY =~ ^[1-9][0-9]*$ ]] || die "RSTAR_DEMO_CURVE_EVERY: expected a positive whole number, got '$CURVE_EVERY'"
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 RSTAR=(node bin/rstar.js)
 [[ -f dist/src/cli.js ]] || npx tsc -p .
@@ -112,7 +117,13 @@ for stage in 1 2 3; do
   if ((first > 1)); then export RSTAR_RL_MODEL=$OUT/rl/step-$((first - 1)); fi
   RSTAR_RL_FIRST=$first RSTAR_RL_STEPS=$last RSTAR_RL_MAX_TOKENS=${TOKENS[stage - 1]} RSTAR_RL_PROBLEMS=$problems \
     bash recipes/rl.sh "$OUT/rl"
-  if ((stage < 3 && CURVE_N > 0)); then evaluate "stage$stage" "$OUT/rl/step-$last" "$last" "$CURVE_N" "$last"; fi
+  if ((CURVE_N > 0)); then
+    # the stage's own checkpoints every CURVE_EVERY steps (the stage's last one: below)
+    for ((k = (first + CURVE_EVERY - 1) / CURVE_EVERY * CURVE_EVERY; k < last; k += CURVE_EVERY)); do
+      evaluate "step$k" "$OUT/rl/step-$k" "$k" "$CURVE_N" "$k"
+    done
+    if ((stage < 3)); then evaluate "stage$stage" "$OUT/rl/step-$last" "$last" "$CURVE_N" "$last"; fi
+  fi
   first=$((last + 1))
 done
 
