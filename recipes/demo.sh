@@ -6,7 +6,7 @@
 #        stage 1 at a short response budget, stage 2 at a raised budget, stage 3 on the hard problems
 #        only (those not solved by every rollout of their last pass, `rstar hard-problems`)
 #   3. held-out evaluation after SFT, every 10 steps and after each stage: OUT/rl/curve.jsonl and curve.svg
-#      (training reward per step, held-out avg@n per stage), and OUT/compare.md (SFT vs RL, with
+#      (training reward per step, held-out avg@n every 10 steps), and OUT/compare.md (SFT vs RL, with
 #      paired bootstrap 95% intervals)
 #
 #   bash recipes/demo.sh [OUT]     # OUT defaults to runs/demo; rerunning resumes where it stopped
@@ -24,6 +24,7 @@
 #   RSTAR_DEMO_CURVE_EVERY [10] a curve point every this many steps (the checkpoint step-K, evaluated
 #     once its stage is done, so the evaluation never shares the engine with a running stage) and
 #     after each stage
+#   RSTAR_DEMO_TOOL_TIMEOUT [5] seconds a tool call may run (sandbox-serve --timeout), RL and evaluations
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run),
 #   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_EPOCHS, RSTAR_RL_LR).
@@ -67,7 +68,9 @@ THREADS=0
 ((STALENESS > 0)) && THREADS=1
 start_server engine-serve "$OUT/engine.log" engine-serve --model "$SFT/ckpt" --weight-version 0 --threads "$THREADS"
 ENGINE=$SERVER_URL
-start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve
+# The curriculum's programs run in milliseconds; what reaches a limit is the model's compute bomb
+# (pow(87, 153915391) without a modulus), which holds its step and a core for the whole limit.
+start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --timeout "${RSTAR_DEMO_TOOL_TIMEOUT:-5}"
 SANDBOX=$SERVER_URL
 ROLLOUT=(--engine "$ENGINE" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
   --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}")

@@ -28,6 +28,9 @@
 #   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
 #   RSTAR_RL_ENGINE_THREADS [0]  of the engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
 #                       machine, 1 and 1 let generation and training overlap on one core each
+#   RSTAR_RL_MICRO_BATCH_TOKENS [2048]  padded tokens per micro-batch of train-step (sequences packed
+#                       in length order; on CPU small micro-batches are ~3x faster than one per
+#                       mini-batch: attention's padded (T, T) scores dominate a step)
 #   RSTAR_RL_TRAIN_ARGS [extra train-step flags]
 #   RSTAR_RL_ENGINE / RSTAR_RL_SANDBOX  running servers to use (default: start engine-serve and
 #                       sandbox-serve for this stage and stop them at the end)
@@ -59,6 +62,7 @@ TEMPERATURE=${RSTAR_RL_TEMPERATURE:-1}
 STALENESS=${RSTAR_RL_STALENESS:-0}
 TRAIN_THREADS=${RSTAR_RL_TRAIN_THREADS:-0}
 ENGINE_THREADS=${RSTAR_RL_ENGINE_THREADS:-0}
+MICRO_TOKENS=${RSTAR_RL_MICRO_BATCH_TOKENS:-2048}
 DYNAMIC=${RSTAR_RL_DYNAMIC:-2}
 SEED=${RSTAR_RL_SEED:-0}
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
@@ -132,7 +136,8 @@ trained() {
     "${RSTAR[@]}" advantage --group-size "$KEPT" |
     "${RSTAR[@]}" train-step --follow --loss grpo --model "$model" --weight-version "$version" \
       --out "$OUT/step-{step}" --policy "rl-step-{step}" --sync "$ENGINE" --max-staleness "$STALENESS" \
-      --lr "$LR" --mini-batches "$MINI" --epochs "$EPOCHS" --threads "$TRAIN_THREADS" ${RSTAR_RL_TRAIN_ARGS:-} |
+      --lr "$LR" --mini-batches "$MINI" --epochs "$EPOCHS" --threads "$TRAIN_THREADS" \
+      --micro-batch-tokens "$MICRO_TOKENS" ${RSTAR_RL_TRAIN_ARGS:-} |
     tee -a "$OUT/steps.jsonl" |
     while IFS= read -r record; do
       k=$(json_number "$record" step)

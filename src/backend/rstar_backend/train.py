@@ -87,9 +87,15 @@ def read_batches(stream):
 
 
 def micro_batches(seqs, budget):
-    """Greedy packing in input order: a micro-batch holds sequences while count * longest <= budget."""
+    """Greedy packing in length order: a micro-batch holds sequences while count * longest <= budget.
+
+    Sorted, each micro-batch pads to a length close to its sequences' own. In input order one long
+    sequence pads a whole micro-batch to its length, and the padded rows cost more than their share:
+    attention is quadratic in the padded length, and without a fused kernel (torch < 2.0) it
+    materialises (rows, heads, T, T) scores whose allocation alone dominated a step. The update is
+    the same either way: every loss term is divided by the mini-batch's token count, whatever the split."""
     out, cur, longest = [], [], 0
-    for s in seqs:
+    for s in sorted(seqs, key=lambda s: len(s["prompt"]) + len(s["response"])):
         n = len(s["prompt"]) + len(s["response"])
         if cur and (len(cur) + 1) * max(longest, n) > budget:
             out.append(cur)

@@ -7,7 +7,7 @@ import torch
 from common import TempDirCase, batch
 from rstar_backend.checkpoint import load_model
 from rstar_backend.model import token_logprobs
-from rstar_backend.train import DataError, read_batches
+from rstar_backend.train import DataError, micro_batches, read_batches
 
 A = {"prompt_ids": [1, 5, 9], "response_ids": [10, 11, 12, 13], "loss_mask": [1, 1, 0, 1]}
 B = {"prompt_ids": [2, 6], "response_ids": [20, 21, 22], "loss_mask": [1, 1, 1]}
@@ -151,6 +151,21 @@ class Updates(TempDirCase):
         for k in wx:
             self.assertTrue(torch.allclose(wx[k], wy[k], atol=1e-7), k)
         self.assertFalse(torch.equal(wx["model.norm.weight"], weights(m0)["model.norm.weight"]))
+
+    def test_micro_batches_pack_in_length_order(self):
+        def seq(n):
+            return {"prompt": [1] * 2, "response": [3] * (n - 2), "n": n}
+
+        lengths = [40, 5, 38, 6, 7, 39, 5, 41]  # a long one in every pair, as a shuffle leaves them
+        mbs = micro_batches([seq(n) for n in lengths], budget=82)
+        # the four short ones pad to 7 together, the long ones to 41 in pairs; in input order every
+        # micro-batch would pad a short sequence to a long one's length
+        self.assertEqual([[s["n"] for s in mb] for mb in mbs], [[5, 5, 6, 7], [38, 39], [40, 41]])
+        self.assertEqual(sorted(s["n"] for mb in mbs for s in mb), sorted(lengths))
+        padded = sum(len(mb) * max(s["n"] for s in mb) for mb in mbs)
+        self.assertEqual(padded, 4 * 7 + 2 * 39 + 2 * 41)  # in input order: 2 * (40 + 38 + 39 + 41) = 316
+        self.assertEqual(len(micro_batches([seq(n) for n in lengths], budget=10 ** 6)), 1)
+        self.assertEqual(micro_batches([], budget=82), [])
 
     def test_optimiser_state_continues_across_processes(self):
         m0 = self.checkpoint()
