@@ -18,7 +18,9 @@
 #   RSTAR_DEMO_DYNAMIC [2: dynamic sampling, up to 2x the problems until every step has B mixed groups;
 #     1: off] (docs/experiments/2026-12-02-dynamic-sampling.md)
 #   RSTAR_DEMO_STALENESS [1: one-step-off, generation of step k+1 overlaps training of step k, on one
-#     core each (engine-serve --threads 1, train-step --threads 1); 0: strictly on-policy, each on every core]
+#     thread each (engine-serve --threads 1, train-step --threads 1); 0: strictly on-policy, each on every core]
+#   RSTAR_DEMO_ENGINES [2 one-step-off, 1 on-policy] engine-serve processes (rollout's scheduler spreads
+#     the requests over them; train-step --sync updates them all)
 #   RSTAR_DEMO_EVAL_N [4] samples per held-out problem for the SFT and final evaluations
 #   RSTAR_DEMO_CURVE_N [2] samples per held-out problem for the curve's points (0: skip them)
 #   RSTAR_DEMO_CURVE_EVERY [10] a curve point every this many steps (the checkpoint step-K, evaluated
@@ -57,22 +59,30 @@ if [[ ! -d $SFT/ckpt ]]; then
 fi
 DATA=$SFT/data
 
-# 2. Servers shared by the stages and the evaluations: one engine, one sandbox.
+# 2. Servers shared by the stages and the evaluations: the engines, one sandbox.
 trap stop_servers EXIT
 step "engine-serve + sandbox-serve"
 STALENESS=${RSTAR_DEMO_STALENESS:-1}
-# Overlapped, the engine and the trainer each get one core: the engine's decode steps are small
+# Overlapped, every engine and the trainer get one thread each: the engine's decode steps are small
 # enough that a second thread buys it nothing (measured: same tokens/s), and two processes spinning
-# two OpenMP threads each on two cores spend much of their time in the kernel.
+# two OpenMP threads each on two cores spend much of their time in the kernel. The trainer needs
+# its core a third of the time, so a second single-threaded engine takes up the slack (rollout's
+# KV-cache scheduler splits the requests; docs/experiments/2026-12-03-main-job-speed.md).
 THREADS=0
-((STALENESS > 0)) && THREADS=1
-start_server engine-serve "$OUT/engine.log" engine-serve --model "$SFT/ckpt" --weight-version 0 --threads "$THREADS"
-ENGINE=$SERVER_URL
+ENGINE_PROCS=1
+((STALENESS > 0)) && THREADS=1 ENGINE_PROCS=2
+ENGINE_PROCS=${RSTAR_DEMO_ENGINES:-$ENGINE_PROCS}
+[[ $ENGINE_PROCS =~ ^[1-9][0-9]*$ ]] || die "RSTAR_DEMO_ENGINES: expected a positive whole number, got '$ENGINE_PROCS'"
+ENGINES=()
+for ((e = 1; e <= ENGINE_PROCS; e++)); do
+  start_server engine-serve "$OUT/engine-$e.log" engine-serve --model "$SFT/ckpt" --weight-version 0 --threads "$THREADS"
+  ENGINES+=("$SERVER_URL")
+done
 # The curriculum's programs run in milliseconds; what reaches a limit is the model's compute bomb
 # (pow(87, 153915391) without a modulus), which holds its step and a core for the whole limit.
 start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --timeout "${RSTAR_DEMO_TOOL_TIMEOUT:-5}"
 SANDBOX=$SERVER_URL
-ROLLOUT=(--engine "$ENGINE" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
+ROLLOUT=("${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
   --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}")
 
 # evaluate NAME CHECKPOINT VERSION N STEP: held-out avg@N of a checkpoint (kept if already done),
@@ -81,7 +91,7 @@ evaluate() {
   local name=$1 ckpt=$2 version=$3 n=$4 at=$5
   if [[ ! -f $OUT/eval-$name/report.json ]]; then
     step "eval $name ($ckpt) on $(wc -l <"$DATA/test-problems.jsonl") held-out problems x $n"
-    "${RSTAR[@]}" rollout --reload "$ckpt" --weight-version "$version" --engine "$ENGINE"
+    "${RSTAR[@]}" rollout --reload "$ckpt" --weight-version "$version" "${ENGINES[@]/#/--engine=}"
     "${RSTAR[@]}" eval --problems "$DATA/test-problems.jsonl" --n "$n" --seed 0 "${ROLLOUT[@]}" \
       --out "$OUT/eval-$name.partial" >/dev/null
     rm -rf "$OUT/eval-$name" && mv "$OUT/eval-$name.partial" "$OUT/eval-$name"
@@ -96,7 +106,7 @@ evaluate() {
 evaluate sft "$SFT/ckpt" 0 "$EVAL_N" 0
 
 # 3. The RL stages. rl.sh resumes inside a stage; a finished stage returns at once.
-export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE=$ENGINE RSTAR_RL_SANDBOX=$SANDBOX RSTAR_RL_TOKENIZER=$SFT/ckpt
+export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE="${ENGINES[*]}" RSTAR_RL_SANDBOX=$SANDBOX RSTAR_RL_TOKENIZER=$SFT/ckpt
 export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
 export RSTAR_RL_LR=${RSTAR_DEMO_LR:-3e-4} RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}

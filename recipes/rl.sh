@@ -26,14 +26,17 @@
 #                       full batch; 1: off]
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
 #   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
-#   RSTAR_RL_ENGINE_THREADS [0]  of the engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
+#   RSTAR_RL_ENGINE_THREADS [0]  of each engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
 #                       machine, 1 and 1 let generation and training overlap on one core each
 #   RSTAR_RL_MICRO_BATCH_TOKENS [2048]  padded tokens per micro-batch of train-step (sequences packed
 #                       in length order; on CPU small micro-batches are ~3x faster than one per
 #                       mini-batch: attention's padded (T, T) scores dominate a step)
 #   RSTAR_RL_TRAIN_ARGS [extra train-step flags]
-#   RSTAR_RL_ENGINE / RSTAR_RL_SANDBOX  running servers to use (default: start engine-serve and
-#                       sandbox-serve for this stage and stop them at the end)
+#   RSTAR_RL_ENGINE_PROCS [1]  engine-serve processes this script starts (rollout's KV-cache scheduler
+#                       spreads the requests, train-step --sync updates them all)
+#   RSTAR_RL_ENGINE / RSTAR_RL_SANDBOX  running servers to use, RSTAR_RL_ENGINE one URL or several
+#                       separated by spaces (default: start engine-serve and sandbox-serve for this
+#                       stage and stop them at the end)
 #
 # Writes OUT/step-K/ (checkpoint), OUT/trajectories/step-K.jsonl, OUT/steps.jsonl (train-step's Step records),
 # OUT/rollout-steps.jsonl (rollout's per-step statistics), OUT/curve.jsonl (training reward per step).
@@ -62,6 +65,7 @@ TEMPERATURE=${RSTAR_RL_TEMPERATURE:-1}
 STALENESS=${RSTAR_RL_STALENESS:-0}
 TRAIN_THREADS=${RSTAR_RL_TRAIN_THREADS:-0}
 ENGINE_THREADS=${RSTAR_RL_ENGINE_THREADS:-0}
+ENGINE_PROCS=${RSTAR_RL_ENGINE_PROCS:-1}
 MICRO_TOKENS=${RSTAR_RL_MICRO_BATCH_TOKENS:-2048}
 DYNAMIC=${RSTAR_RL_DYNAMIC:-2}
 SEED=${RSTAR_RL_SEED:-0}
@@ -105,12 +109,15 @@ for ((k = FIRST; k < start; k++)); do
 done
 
 trap stop_servers EXIT
-ENGINE=${RSTAR_RL_ENGINE:-}
-if [[ -z $ENGINE ]]; then
-  start_server engine-serve "$OUT/engine.log" engine-serve --model "$model" --weight-version "$version" --threads "$ENGINE_THREADS"
-  ENGINE=$SERVER_URL
+read -r -a ENGINES <<<"${RSTAR_RL_ENGINE:-}"
+if ((${#ENGINES[@]} == 0)); then
+  [[ $ENGINE_PROCS =~ ^[1-9][0-9]*$ ]] || die "RSTAR_RL_ENGINE_PROCS: expected a positive whole number, got '$ENGINE_PROCS'"
+  for ((e = 1; e <= ENGINE_PROCS; e++)); do
+    start_server engine-serve "$OUT/engine-$e.log" engine-serve --model "$model" --weight-version "$version" --threads "$ENGINE_THREADS"
+    ENGINES+=("$SERVER_URL")
+  done
 else
-  "${RSTAR[@]}" rollout --reload "$model" --weight-version "$version" --engine "$ENGINE"
+  "${RSTAR[@]}" rollout --reload "$model" --weight-version "$version" "${ENGINES[@]/#/--engine=}"
 fi
 SANDBOX=${RSTAR_RL_SANDBOX:-}
 if [[ -z $SANDBOX ]]; then
@@ -126,7 +133,7 @@ fifo=$OUT/.rollout.fifo
 rm -f "$fifo" && mkfifo "$fifo"
 "${RSTAR[@]}" rollout --problems "$PROBLEMS" --steps "$STEPS" --start-step "$start" --batch "$BATCH" --n "$N" \
   --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" \
-  --engine "$ENGINE" --sandbox "$SANDBOX" --tokenizer "$TOKENIZER" --chat-template "$TEMPLATE" \
+  "${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$TOKENIZER" --chat-template "$TEMPLATE" \
   --max-tokens "$MAX_TOKENS" --max-turns "$MAX_TURNS" --temperature "$TEMPERATURE" \
   --save "$OUT/trajectories/step-{step}.jsonl" --step-stats "$OUT/rollout-steps.jsonl" >"$fifo" &
 rollout_pid=$!
@@ -135,7 +142,7 @@ trained() {
   "${RSTAR[@]}" roc-filter --keep "$KEPT" --group-size "$N" --stats "$OUT/roc-stats.json" <"$fifo" |
     "${RSTAR[@]}" advantage --group-size "$KEPT" |
     "${RSTAR[@]}" train-step --follow --loss grpo --model "$model" --weight-version "$version" \
-      --out "$OUT/step-{step}" --policy "rl-step-{step}" --sync "$ENGINE" --max-staleness "$STALENESS" \
+      --out "$OUT/step-{step}" --policy "rl-step-{step}" --sync "${ENGINES[@]}" --max-staleness "$STALENESS" \
       --lr "$LR" --mini-batches "$MINI" --epochs "$EPOCHS" --threads "$TRAIN_THREADS" \
       --micro-batch-tokens "$MICRO_TOKENS" ${RSTAR_RL_TRAIN_ARGS:-} |
     tee -a "$OUT/steps.jsonl" |

@@ -119,13 +119,36 @@ describe('synthetic curriculum', () => {
       seed: 3,
       name: 'mix',
     });
-    // (Tool responses carry real execution times, so only the masks are compared.)
+    // The same text but for the slipped call's mask: the data set is a function of its seed.
+    withSlips.records.forEach((r, i) => assert.equal(r.text, records[i].text));
     const ones = (mask: number[]) => mask.filter((m) => m === 1).length;
     withSlips.records.forEach((r, i) => {
       const extra = ones(r.loss_mask) - ones(records[i].loss_mask);
       assert.equal(extra > 0, r.text.includes('Tool call failure'), r.text);
       assert.ok(extra >= 0);
     });
+  });
+
+  it('demonstrations are a function of the seed, whatever the calls measured (0.1 s resolution)', async () => {
+    const renderer = new ConversationRenderer(ctx);
+    const tasks = split('mix', { train: 12, test: 0, seed: 5 }).train;
+    // the same results as the real sandbox's, with the milliseconds a loaded machine adds
+    const jittered = (extra: number): ToolRunner => ({
+      run: async (calls) => (await runner.run(calls)).map((r) => ({ ...r, cost: r.cost + extra })),
+      close: async () => {},
+    });
+    const options = { errorRate: 0.5, seed: 5, name: 'mix' };
+    const a = await demonstrations(tasks, jittered(0), renderer, options);
+    const b = await demonstrations(tasks, jittered(0.013), renderer, options);
+    assert.deepEqual(b.records, a.records);
+    for (const r of a.records) assert.match(r.text, /execution time: 0\.00s/);
+    // a call stopped at its limit shows the limit
+    const slow: ToolRunner = {
+      run: async (calls) => (await runner.run(calls)).map((r) => ({ ...r, cost: 10.004 })),
+      close: async () => {},
+    };
+    const c = await demonstrations(tasks.slice(0, 1), slow, renderer, options);
+    assert.match(c.records[0].text, /execution time: 10\.00s/);
   });
 
   it('each family words its problems several ways: operation and operand order come from the wording', () => {

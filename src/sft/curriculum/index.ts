@@ -80,6 +80,16 @@ function call(code: string, input: string) {
 }
 
 /**
+ * The execution time a demonstration shows, at 0.1 s resolution: the curriculum's programs take
+ * milliseconds, and whether one printed 0.00s or 0.01s depended on the machine's load, so the data
+ * set (30 of 5,000 demonstrations) and, through it, the SFT model changed from run to run of the
+ * same seed. Floored, every such call shows 0.00s and a call stopped at its limit shows the limit.
+ */
+function steadyCost(result: SubmissionResult): SubmissionResult {
+  return { ...result, cost: Math.floor(result.cost * 10) / 10 };
+}
+
+/**
  * SFT demonstrations in the rStar2 agent protocol: `<reason>` text, one tool call, the real tool
  * response, then the boxed answer; some first calls fail and are corrected. Every program runs in
  * `runner`, the trajectory is built by rollout's own agent loop (`scriptedTrajectory`), and a
@@ -93,11 +103,11 @@ export async function demonstrations(
 ): Promise<{ records: SftRecord[]; failedFirst: number }> {
   const rng = new Rng(seed ^ 0x5f3759df);
   const broken = tasks.map((t) => (rng.next() < errorRate ? brokenCode(t.code, rng) : undefined));
-  const good = await runner.run(tasks.map((t) => ({ code: t.code, input: t.input })));
+  const good = (await runner.run(tasks.map((t) => ({ code: t.code, input: t.input })))).map(steadyCost);
   const slips = tasks.flatMap((t, i) =>
     broken[i] === undefined ? [] : [{ code: broken[i] as string, input: t.input }],
   );
-  const bad = await runner.run(slips);
+  const bad = (await runner.run(slips)).map(steadyCost);
   const records: SftRecord[] = [];
   let b = 0;
   let failedFirst = 0;
