@@ -67,7 +67,7 @@ STALENESS=${RSTAR_DEMO_STALENESS:-1}
 # enough that a second thread buys it nothing (measured: same tokens/s), and two processes spinning
 # two OpenMP threads each on two cores spend much of their time in the kernel. The trainer needs
 # its core a third of the time, so a second single-threaded engine takes up the slack (rollout's
-# KV-cache scheduler splits the requests; docs/experiments/2026-12-03-main-job-speed.md).
+# KV-cache scheduler splits the requests; docs/experiments/2026-12-03-main-job-speed-and-reproducibility.md).
 THREADS=0
 ENGINE_PROCS=1
 ((STALENESS > 0)) && THREADS=1 ENGINE_PROCS=2
