@@ -171,6 +171,45 @@ describe('the streaming RL loop (recipes/rl.sh)', () => {
     }
   });
 
+  test('several engines (RSTAR_RL_ENGINE="URL1 URL2"): both generate, both load every step', async () => {
+    const second = await startFakeSglang({
+      tokenizer: TINY,
+      capacity: 100_000,
+      turns: [RIGHT],
+      cycle: [{ match: 'variant', replies: [RIGHT, WRONG] }],
+    });
+    try {
+      const before = await Promise.all([engine.stats(), second.stats()]);
+      const out = join(dir, 'two-engines');
+      const two = { ...env, RSTAR_RL_ENGINE: `${engine.url} ${second.url}`, RSTAR_RL_STEPS: '2' };
+      const { code, log } = await finished(runRecipe(out, two));
+      assert.equal(code, 0, log);
+      assert.deepEqual(
+        readNdjson<{ step: number }>(join(out, 'steps.jsonl')).map((s) => s.step),
+        [1, 2],
+      );
+      const after = await Promise.all([engine.stats(), second.stats()]);
+      for (const [i, s] of after.entries()) {
+        assert.ok(s.requests > before[i].requests, `engine ${i + 1} generated nothing`);
+        assert.deepEqual(s.reloads.slice(-2), [join(out, 'step-1'), join(out, 'step-2')]);
+      }
+      for (const k of [1, 2]) {
+        const ids = readNdjson<{ id: string }>(join(out, 'trajectories', `step-${k}.jsonl`)).map((t) => t.id);
+        assert.equal(new Set(ids).size, 16);
+      }
+    } finally {
+      await second.close();
+    }
+  });
+
+  test('RSTAR_RL_ENGINE_PROCS must be a positive whole number', async () => {
+    const bad = { ...env, RSTAR_RL_ENGINE: '', RSTAR_RL_ENGINE_PROCS: '0', RSTAR_RL_STEPS: '1' };
+    const { code, log } = await finished(runRecipe(join(dir, 'bad-procs'), bad));
+    assert.notEqual(code, 0);
+    assert.match(log, /RSTAR_RL_ENGINE_PROCS: expected a positive whole number, got '0'/);
+    assert.ok(!existsSync(join(dir, 'bad-procs', 'step-1')));
+  });
+
   test('a killed run resumes at its last finished step; no step is lost or trained twice', async () => {
     const out = join(dir, 'killed');
     const child = runRecipe(out, { ...env, RSTAR_RL_STEPS: '4' });
