@@ -73,11 +73,7 @@ ENGINE_PROCS=1
 ((STALENESS > 0)) && THREADS=1 ENGINE_PROCS=2
 ENGINE_PROCS=${RSTAR_DEMO_ENGINES:-$ENGINE_PROCS}
 [[ $ENGINE_PROCS =~ ^[1-9][0-9]*$ ]] || die "RSTAR_DEMO_ENGINES: expected a positive whole number, got '$ENGINE_PROCS'"
-ENGINES=()
-for ((e = 1; e <= ENGINE_PROCS; e++)); do
-  start_server engine-serve "$OUT/engine-$e.log" engine-serve --model "$SFT/ckpt" --weight-version 0 --threads "$THREADS"
-  ENGINES+=("$SERVER_URL")
-done
+start_engines "$ENGINE_PROCS" "$OUT/engine" --model "$SFT/ckpt" --weight-version 0 --threads "$THREADS"
 # The curriculum's programs run in milliseconds; what reaches a limit is the model's compute bomb
 # (pow(87, 153915391) without a modulus), which holds its step and a core for the whole limit.
 start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --timeout "${RSTAR_DEMO_TOOL_TIMEOUT:-5}"

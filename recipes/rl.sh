@@ -112,10 +112,7 @@ trap stop_servers EXIT
 read -r -a ENGINES <<<"${RSTAR_RL_ENGINE:-}"
 if ((${#ENGINES[@]} == 0)); then
   [[ $ENGINE_PROCS =~ ^[1-9][0-9]*$ ]] || die "RSTAR_RL_ENGINE_PROCS: expected a positive whole number, got '$ENGINE_PROCS'"
-  for ((e = 1; e <= ENGINE_PROCS; e++)); do
-    start_server engine-serve "$OUT/engine-$e.log" engine-serve --model "$model" --weight-version "$version" --threads "$ENGINE_THREADS"
-    ENGINES+=("$SERVER_URL")
-  done
+  start_engines "$ENGINE_PROCS" "$OUT/engine" --model "$model" --weight-version "$version" --threads "$ENGINE_THREADS"
 else
   "${RSTAR[@]}" rollout --reload "$model" --weight-version "$version" "${ENGINES[@]/#/--engine=}"
 fi

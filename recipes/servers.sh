@@ -3,6 +3,7 @@
 # wait until they listen, and stop them (and only them) when the recipe exits.
 #   source recipes/servers.sh
 #   start_server NAME LOG rstar-args...   -> sets SERVER_URL; the pid is remembered for stop_servers
+#   start_engines N LOG_PREFIX engine-serve-args...   -> N engine-serve processes, their URLs in ENGINES
 #   trap stop_servers EXIT
 #
 # The server says when it is ready: with --port 0 the OS picks a free port and --ready-file makes
@@ -36,6 +37,18 @@ start_server() {
   done
   SERVER_URL=$(<"$ready")
   rm -f "$ready"
+}
+
+# start_engines N LOG_PREFIX [ENGINE-SERVE ARGS...]: N engine-serve processes (logs LOG_PREFIX-1.log,
+# ...), their URLs in the array ENGINES, in start order.
+start_engines() {
+  local count=$1 prefix=$2 e
+  shift 2
+  ENGINES=()
+  for ((e = 1; e <= count; e++)); do
+    start_server engine-serve "$prefix-$e.log" engine-serve "$@" || return 1
+    ENGINES+=("$SERVER_URL")
+  done
 }
 
 stop_servers() {

@@ -132,22 +132,18 @@ describe('synthetic curriculum', () => {
   it('demonstrations are a function of the seed, whatever the calls measured (0.1 s resolution)', async () => {
     const renderer = new ConversationRenderer(ctx);
     const tasks = split('mix', { train: 12, test: 0, seed: 5 }).train;
-    // the same results as the real sandbox's, with the milliseconds a loaded machine adds
-    const jittered = (extra: number): ToolRunner => ({
-      run: async (calls) => (await runner.run(calls)).map((r) => ({ ...r, cost: r.cost + extra })),
+    // the real sandbox's results, with the times an idle and a loaded machine measure
+    const measured = (cost: number): ToolRunner => ({
+      run: async (calls) => (await runner.run(calls)).map((r) => ({ ...r, cost })),
       close: async () => {},
     });
     const options = { errorRate: 0.5, seed: 5, name: 'mix' };
-    const a = await demonstrations(tasks, jittered(0), renderer, options);
-    const b = await demonstrations(tasks, jittered(0.013), renderer, options);
+    const a = await demonstrations(tasks, measured(0.004), renderer, options);
+    const b = await demonstrations(tasks, measured(0.087), renderer, options);
     assert.deepEqual(b.records, a.records);
     for (const r of a.records) assert.match(r.text, /execution time: 0\.00s/);
     // a call stopped at its limit shows the limit
-    const slow: ToolRunner = {
-      run: async (calls) => (await runner.run(calls)).map((r) => ({ ...r, cost: 10.004 })),
-      close: async () => {},
-    };
-    const c = await demonstrations(tasks.slice(0, 1), slow, renderer, options);
+    const c = await demonstrations(tasks.slice(0, 1), measured(10.004), renderer, options);
     assert.match(c.records[0].text, /execution time: 10\.00s/);
   });
 

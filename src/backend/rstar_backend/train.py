@@ -86,6 +86,11 @@ def read_batches(stream):
         batch.append(rec)
 
 
+def seq_len(s):
+    """Tokens of a sequence as the forward sees it: prompt then response."""
+    return len(s["prompt"]) + len(s["response"])
+
+
 def micro_batches(seqs, budget):
     """Greedy packing in length order: a micro-batch holds sequences while count * longest <= budget.
 
@@ -95,8 +100,8 @@ def micro_batches(seqs, budget):
     materialises (rows, heads, T, T) scores whose allocation alone dominated a step. The update is
     the same either way: every loss term is divided by the mini-batch's token count, whatever the split."""
     out, cur, longest = [], [], 0
-    for s in sorted(seqs, key=lambda s: len(s["prompt"]) + len(s["response"])):
-        n = len(s["prompt"]) + len(s["response"])
+    for s in sorted(seqs, key=seq_len):
+        n = seq_len(s)
         if cur and (len(cur) + 1) * max(longest, n) > budget:
             out.append(cur)
             cur, longest = [], 0
@@ -114,7 +119,7 @@ def pack(mb, device, pad_id=0):
     vocabulary projection (and its softmax) is the biggest cost of a small model, so tool responses
     and padding never reach it. Column j of the outputs is the j-th loss token of a sequence; the last
     value is each row's real length (the forward's `lengths`)."""
-    lengths = [len(s["prompt"]) + len(s["response"]) for s in mb]
+    lengths = [seq_len(s) for s in mb]
     T = max(lengths)
     keeps = []
     for s in mb:
@@ -436,7 +441,7 @@ class Trainer:
         self.step_no += 1
         step_name = batch.step if getattr(batch, "step", None) is not None else self.step_no
         out = a.out.replace("{step}", str(step_name))
-        tokens = sum(len(s["prompt"]) + len(s["response"]) for s in seqs)
+        tokens = sum(seq_len(s) for s in seqs)
         n_tok = max(float(sums[9]), 1.0)  # loss tokens summed over every update
         record = {
             "v": 1, "step": step_name, "policy": (a.policy or os.path.abspath(out)).replace("{step}", str(step_name)),
