@@ -8,6 +8,7 @@ waits in FIFO order, so `--max-total-tokens` is a real budget, as in SGLang.
 """
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -154,7 +155,13 @@ class BadRequest(Exception):
 
 
 class Request:
+    # a serial number per request object: the decode slot table is keyed by it, not by id(), which
+    # CPython hands to a new request as soon as a finished one is freed (a stale table then reads
+    # the old request's released slots)
+    serials = itertools.count()
+
     def __init__(self, rid, input_ids, sp, return_logprob, logprob_start_len):
+        self.serial = next(Request.serials)
         self.rid = rid
         self.input_ids = input_ids
         self.max_new = sp["max_new_tokens"]
@@ -428,7 +435,7 @@ class Engine:
 
     def _slot_table(self, rs):
         """(B, longest reservation) slot indices of the running requests, rebuilt only when they change."""
-        key = tuple(id(r) for r in rs)
+        key = tuple(r.serial for r in rs)
         if getattr(self, "_table_key", None) != key:
             width = max(r.slots.numel() for r in rs)
             table = torch.zeros((len(rs), width), dtype=torch.long, device=self.device)
