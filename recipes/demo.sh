@@ -12,7 +12,7 @@
 #   bash recipes/demo.sh [OUT]     # OUT defaults to runs/demo; rerunning resumes where it stopped
 #
 # Sizes come from environment variables (defaults in brackets):
-#   RSTAR_DEMO_STAGES ["30 30 20"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["256 384 384"] their budgets
+#   RSTAR_DEMO_STAGES ["40 40 20"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["256 384 384"] their budgets
 #   RSTAR_DEMO_PROBLEMS [16] problems per step   RSTAR_DEMO_KEEP [4] G (2G rollouts per problem)
 #   RSTAR_DEMO_LR [3e-4]   RSTAR_DEMO_MINI_BATCHES [2]   RSTAR_DEMO_DOWN_SAMPLE [roc; none: plain GRPO]
 #   RSTAR_DEMO_DYNAMIC [2: dynamic sampling, up to 2x the problems until every step has B mixed groups;
@@ -38,7 +38,7 @@ source recipes/lib.sh
 source recipes/servers.sh
 
 OUT=${1:-runs/demo}
-read -r -a STAGES <<<"${RSTAR_DEMO_STAGES:-30 30 20}"
+read -r -a STAGES <<<"${RSTAR_DEMO_STAGES:-40 40 20}"
 read -r -a TOKENS <<<"${RSTAR_DEMO_TOKENS:-256 384 384}"
 ((${#STAGES[@]} == 3 && ${#TOKENS[@]} == 3)) || die "RSTAR_DEMO_STAGES and RSTAR_DEMO_TOKENS take three numbers each"
 EVAL_N=${RSTAR_DEMO_EVAL_N:-4}
