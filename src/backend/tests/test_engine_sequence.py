@@ -28,7 +28,6 @@ class EngineSequence(TempDirCase):
             sp = dict(max_new_tokens=new_tokens, temperature=0, ignore_eos=True)
             return E.parse_sampling(sp, engine.cfg.eos_token_id, engine.context_len, len(PROMPT))
 
-
         def run(r):
             engine.submit([r])
             r.done.wait()
