@@ -14,9 +14,13 @@
 # Sizes come from environment variables (defaults in brackets):
 #   RSTAR_DEMO_STAGES ["40 40 20"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["256 384 384"] their budgets
 #   RSTAR_DEMO_PROBLEMS [16] problems per step   RSTAR_DEMO_KEEP [4] G (2G rollouts per problem)
-#   RSTAR_DEMO_LR [3e-4]   RSTAR_DEMO_MINI_BATCHES [2]   RSTAR_DEMO_DOWN_SAMPLE [roc; none: plain GRPO]
+#   RSTAR_DEMO_LR ["3e-4 3e-4 1e-4"] the learning rates of stages 1, 2, 3 (one value: all three);
+#     stage 3, on the hard subset, drifted at 3e-4 (docs/experiments/2026-12-03-stage-3-lr.md)
+#   RSTAR_DEMO_MINI_BATCHES [2]   RSTAR_DEMO_DOWN_SAMPLE [roc; none: plain GRPO]
 #   RSTAR_DEMO_DYNAMIC [2: dynamic sampling, up to 2x the problems until every step has B mixed groups;
 #     1: off] (docs/experiments/2026-12-02-dynamic-sampling.md)
+#   RSTAR_DEMO_OVERSAMPLE [0: B problems, then refill rounds; 1: a step's first round already samples
+#     B / r problems, r the last step's share of mixed groups (rollout --oversample; no faster here)]
 #   RSTAR_DEMO_STALENESS [1: one-step-off, generation of step k+1 overlaps training of step k, on one
 #     thread each (engine-serve --threads 1, train-step --threads 1); 0: strictly on-policy, each on every core]
 #   RSTAR_DEMO_ENGINES [2 one-step-off, 1 on-policy] engine-serve processes (rollout's scheduler spreads
@@ -29,7 +33,7 @@
 #   RSTAR_DEMO_TOOL_TIMEOUT [5] seconds a tool call may run (sandbox-serve --timeout), RL and evaluations
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run),
-#   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_EPOCHS, RSTAR_RL_LR).
+#   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_EPOCHS, RSTAR_RL_MICRO_BATCH_TOKENS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=recipes/lib.sh
@@ -41,6 +45,9 @@ OUT=${1:-runs/demo}
 read -r -a STAGES <<<"${RSTAR_DEMO_STAGES:-40 40 20}"
 read -r -a TOKENS <<<"${RSTAR_DEMO_TOKENS:-256 384 384}"
 ((${#STAGES[@]} == 3 && ${#TOKENS[@]} == 3)) || die "RSTAR_DEMO_STAGES and RSTAR_DEMO_TOKENS take three numbers each"
+read -r -a LRS <<<"${RSTAR_DEMO_LR:-3e-4 3e-4 1e-4}"
+((${#LRS[@]} == 1)) && LRS=("${LRS[0]}" "${LRS[0]}" "${LRS[0]}")
+((${#LRS[@]} == 3)) || die "RSTAR_DEMO_LR takes one learning rate or three (one per stage), got '${RSTAR_DEMO_LR-}'"
 EVAL_N=${RSTAR_DEMO_EVAL_N:-4}
 CURVE_N=${RSTAR_DEMO_CURVE_N:-2}
 CURVE_EVERY=${RSTAR_DEMO_CURVE_EVERY:-10}
@@ -104,9 +111,9 @@ evaluate sft "$SFT/ckpt" 0 "$EVAL_N" 0
 # 3. The RL stages. rl.sh resumes inside a stage; a finished stage returns at once.
 export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE="${ENGINES[*]}" RSTAR_RL_SANDBOX=$SANDBOX RSTAR_RL_TOKENIZER=$SFT/ckpt
 export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
-export RSTAR_RL_LR=${RSTAR_DEMO_LR:-3e-4} RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2}
+export RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
-export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS
+export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_OVERSAMPLE=${RSTAR_DEMO_OVERSAMPLE:-0} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS
 first=1
 last=0
 for stage in 1 2 3; do
@@ -125,7 +132,7 @@ for stage in 1 2 3; do
   # the stage starts from the previous stage's last checkpoint
   if ((first > 1)); then export RSTAR_RL_MODEL=$OUT/rl/step-$((first - 1)); fi
   RSTAR_RL_FIRST=$first RSTAR_RL_STEPS=$last RSTAR_RL_MAX_TOKENS=${TOKENS[stage - 1]} RSTAR_RL_PROBLEMS=$problems \
-    bash recipes/rl.sh "$OUT/rl"
+    RSTAR_RL_LR=${LRS[stage - 1]} bash recipes/rl.sh "$OUT/rl"
   if ((CURVE_N > 0)); then
     # the stage's own checkpoints every CURVE_EVERY steps (the stage's last one: below)
     for ((k = (first + CURVE_EVERY - 1) / CURVE_EVERY * CURVE_EVERY; k < last; k += CURVE_EVERY)); do

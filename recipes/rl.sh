@@ -24,6 +24,8 @@
 #   RSTAR_RL_MAX_TURNS [3]  RSTAR_RL_TEMPERATURE [1]  RSTAR_RL_STALENESS [0: on-policy; 1: one-step-off]
 #   RSTAR_RL_DYNAMIC [2: refill up to 2*B problems until B groups are mixed, so every update sees a
 #                       full batch; 1: off]
+#   RSTAR_RL_OVERSAMPLE [0]  1: under dynamic sampling, a step's first round already samples B / r
+#                       problems, r the last step's share of mixed groups (rollout --oversample)
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
 #   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
 #   RSTAR_RL_ENGINE_THREADS [0]  of each engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
@@ -68,6 +70,11 @@ ENGINE_THREADS=${RSTAR_RL_ENGINE_THREADS:-0}
 ENGINE_PROCS=${RSTAR_RL_ENGINE_PROCS:-1}
 MICRO_TOKENS=${RSTAR_RL_MICRO_BATCH_TOKENS:-2048}
 DYNAMIC=${RSTAR_RL_DYNAMIC:-2}
+case ${RSTAR_RL_OVERSAMPLE:-0} in
+  0) OVERSAMPLE=() ;;
+  1) OVERSAMPLE=(--oversample) ;;
+  *) die "RSTAR_RL_OVERSAMPLE: expected 0 or 1, got '$RSTAR_RL_OVERSAMPLE'" ;;
+esac
 SEED=${RSTAR_RL_SEED:-0}
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 TOKENIZER=${RSTAR_RL_TOKENIZER:-$MODEL}
@@ -129,7 +136,7 @@ step "RL steps $start..$STEPS: $BATCH problems x $N, keep $KEPT ($DOWN), $MINI m
 fifo=$OUT/.rollout.fifo
 rm -f "$fifo" && mkfifo "$fifo"
 "${RSTAR[@]}" rollout --problems "$PROBLEMS" --steps "$STEPS" --start-step "$start" --batch "$BATCH" --n "$N" \
-  --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" \
+  --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" "${OVERSAMPLE[@]}" \
   "${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$TOKENIZER" --chat-template "$TEMPLATE" \
   --max-tokens "$MAX_TOKENS" --max-turns "$MAX_TURNS" --temperature "$TEMPERATURE" \
   --save "$OUT/trajectories/step-{step}.jsonl" --step-stats "$OUT/rollout-steps.jsonl" >"$fifo" &

@@ -40,6 +40,7 @@ interface Flags extends SharedRolloutFlags, RunnerFlags {
   startStep: number;
   maxStaleness: number;
   dynamicSampling: number;
+  oversample?: boolean;
   save?: string;
   stepStats?: string;
 }
@@ -69,6 +70,7 @@ async function runSteps(problems: Problem[], options: RolloutOptions, f: Flags):
       startStep: f.startStep,
       maxStaleness: f.maxStaleness,
       dynamicSampling: f.dynamicSampling,
+      oversample: f.oversample,
       seed: f.seed,
       signal: stop.signal,
     })) {
@@ -143,6 +145,10 @@ export async function run(argv: string[]): Promise<void> {
       1,
     )
     .option(
+      '--oversample',
+      "RL loop, --dynamic-sampling: a step's first round samples --batch / r problems, r the last step's mixed share",
+    )
+    .option(
       '--save <pattern>',
       "RL loop: also write each step's trajectories to this file ({step}), whole or not at all",
     )
@@ -158,8 +164,13 @@ export async function run(argv: string[]): Promise<void> {
       throw new UsageError('--steps writes to stdout (and --save): --out, --reload and --prior do not apply');
     }
     if (f.startStep > f.steps) throw new UsageError(`--start-step ${f.startStep} is past --steps ${f.steps}`);
-  } else if (f.batch !== undefined || f.save !== undefined || f.stepStats !== undefined) {
-    throw new UsageError('--batch, --save and --step-stats belong to the RL loop: give --steps S');
+    if (f.oversample && f.dynamicSampling <= 1) {
+      throw new UsageError('--oversample samples ahead of dynamic sampling: give --dynamic-sampling X > 1');
+    }
+  } else if (f.batch !== undefined || f.save !== undefined || f.stepStats !== undefined || f.oversample) {
+    throw new UsageError(
+      '--batch, --oversample, --save and --step-stats belong to the RL loop: give --steps S',
+    );
   }
   if (f.engine.length === 0 && f.model === undefined) {
     throw new UsageError('give --engine URL (repeatable), or --model DIR to start an embedded engine-serve');

@@ -23,6 +23,12 @@ export interface StepOptions {
   maxStaleness?: number;
   /** Refill up to this many times the batch in problems per step until `batch` groups are mixed (1: off). */
   dynamicSampling?: number;
+  /**
+   * Under dynamic sampling, the first round of step k already samples batch / r problems (up to the
+   * cap), r the share of mixed groups in step k-1, so most steps need no refill round: each round
+   * waits for its slowest trajectory, and a refill round's small batch leaves the engines idle.
+   */
+  oversample?: boolean;
   seed?: number;
   /** How often the engines' weight_version is polled while waiting (default 200 ms). */
   pollMs?: number;
@@ -129,6 +135,7 @@ export async function* rolloutSteps(
 ): AsyncGenerator<Trajectory | EndBatch> {
   const seed = options.seed ?? rolloutOptions.seed ?? 0;
   const cap = Math.max(1, options.dynamicSampling ?? 1) * options.batch;
+  let mixedRate: number | undefined; // the previous step's share of mixed groups (at least 1 in 10)
   for (let k = options.startStep ?? 1; k <= options.steps; k += 1) {
     const t0 = Date.now();
     const version = await waitForPolicy(rolloutOptions.engines, k - 1 - (options.maxStaleness ?? 0), options);
@@ -136,6 +143,12 @@ export async function* rolloutSteps(
     const rewards = new Map<string, number[]>();
     const used = new Set<string>();
     let batch = stepProblems(problems, k, options.batch, seed);
+    if (options.oversample && mixedRate !== undefined) {
+      // the step's own problems first, so the draw of step k does not depend on the estimate
+      const want = Math.min(cap, Math.ceil(options.batch / mixedRate));
+      const own = new Set(batch.map((p) => p.id));
+      batch = [...batch, ...refillProblems(problems, k, 0, Math.max(0, want - batch.length), own, seed)];
+    }
     let trajectories = 0;
     let rounds = 0;
     let sum = 0;
@@ -173,6 +186,8 @@ export async function* rolloutSteps(
         seed,
       );
     }
+    const mixed = [...rewards.values()].filter(isMixed).length;
+    if (rewards.size > 0) mixedRate = Math.max(0.1, mixed / rewards.size);
     yield {
       v: 1,
       end_batch: true,
@@ -181,7 +196,7 @@ export async function* rolloutSteps(
         problems: used.size,
         trajectories,
         mean_reward: scored > 0 ? sum / scored : 0,
-        mixed_groups: [...rewards.values()].filter(isMixed).length,
+        mixed_groups: mixed,
         rounds,
         policy_version: version,
         wait_seconds: Math.round(waited * 1000) / 1000,

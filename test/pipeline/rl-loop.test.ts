@@ -293,4 +293,33 @@ describe('rollout --steps: problem draws and dynamic sampling', () => {
     assert.equal(off.stats.problems, 2);
     assert.equal(off.stats.rounds, 1);
   });
+
+  test("--oversample: a step's first round samples batch / r problems, r the last step's mixed share", async () => {
+    const protocol = await loadProtocol(TINY, { chatTemplate: `${ROOT}fixtures/curriculum/tiny.jinja` });
+    const set = [...problems(6, 'variant easy-'), ...problems(2, 'variant mixed-')].map((p) => ({
+      ...p,
+      prompt: `Solve 2x = 6 (${p.id}).`,
+    }));
+    const items = await collect(
+      rolloutSteps(
+        set,
+        { engines: [client], sandbox: sandbox.url, protocol, n: 2, maxTokens: 64, maxTurns: 1 },
+        { batch: 2, steps: 2, maxStaleness: 1, dynamicSampling: 4, oversample: true, seed: 3 },
+      ),
+    );
+    const ends = items.flatMap((item, i) => ('end_batch' in item ? [i] : []));
+    assert.equal(ends.length, 2);
+    const first = items[ends[0]] as EndBatch;
+    const rate = Math.max(0.1, first.stats.mixed_groups / first.stats.problems);
+    const expected = Math.min(8, Math.ceil(2 / rate));
+    // a round ends before the next one starts: step 2's first 2E trajectories are its first round
+    const step2 = items.slice(ends[0] + 1, ends[1]) as { problem_id: string }[];
+    const firstRound = new Set(step2.slice(0, 2 * expected).map((t) => t.problem_id));
+    assert.equal(firstRound.size, expected, `first round of step 2: ${[...firstRound]}`);
+    for (const p of stepProblems(set, 2, 2, 3))
+      assert.ok(firstRound.has(p.id), `${p.id}: the step's own problems`);
+    const second = items[ends[1]] as EndBatch;
+    assert.ok(second.stats.problems >= expected);
+    if (second.stats.rounds === 1) assert.equal(second.stats.problems, expected);
+  });
 });

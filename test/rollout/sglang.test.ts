@@ -295,5 +295,15 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
     const s = await rstar(['rollout', '--schedule', 'magic']);
     assert.equal(s.code, 2);
     assert.match(s.stderr, /Allowed choices are kv, least-requests, round-robin, static/);
+    const loop = ['rollout', '--problems', 'x.jsonl', '--tokenizer', 'tok', '--engine', 'http://127.0.0.1:1'];
+    const alone = await rstar([...loop, '--oversample']);
+    assert.equal(alone.code, 2);
+    assert.match(alone.stderr, /--oversample.*belong to the RL loop/);
+    const undynamic = await rstar([...loop, '--steps', '2', '--batch', '4', '--oversample']);
+    assert.equal(undynamic.code, 2);
+    assert.match(
+      undynamic.stderr,
+      /--oversample samples ahead of dynamic sampling: give --dynamic-sampling X > 1/,
+    );
   });
 });
