@@ -172,9 +172,7 @@ class Request:
         self.stop_strs = sp["stop"]
         self.stop_window = max((len(x.encode()) for x in self.stop_strs), default=0) + 2
         self.skip_special = sp["skip_special_tokens"]
-        self.generator = None
-        if sp.get("seed") is not None:
-            self.generator = torch.Generator().manual_seed(int(sp["seed"]))
+        self.seed = None if sp.get("seed") is None else int(sp["seed"])
         self.return_logprob = return_logprob
         self.logprob_start_len = logprob_start_len
         self.output = []
@@ -226,20 +224,71 @@ def parse_sampling(sp, eos, context_len, prompt_len):
     return out
 
 
-def sample(logits, req):
-    """logits: (V,) fp32 of one request -> token id."""
-    if req.temperature == 0:
-        return int(torch.argmax(logits))
-    logits = logits / req.temperature
-    if 0 < req.top_k < logits.numel():
-        kth = torch.topk(logits, req.top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    if req.top_p < 1.0:
-        sp, si = torch.sort(probs, descending=True)
-        keep = (sp.cumsum(0) - sp) < req.top_p  # keep the smallest prefix whose mass reaches top_p
-        probs = torch.zeros_like(probs).scatter(0, si, sp * keep)
-    return int(torch.multinomial(probs.cpu(), 1, generator=req.generator))
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(h, c):
+    """(h * c) mod 2^32 for an int64 tensor h in [0, 2^32) and a 32-bit constant c, with no product
+    above 2^63 (int64 overflow is not something to rely on across devices)."""
+    return (h * (c & 0xFFFF) + (((h * (c >> 16)) & 0xFFFF) << 16)) & _M32
+
+
+def _mix32(h):
+    """A 32-bit integer hash (lowbias32's constants): each output bit depends on every input bit."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x7FEB352D)
+    h = h ^ (h >> 15)
+    h = _mul32(h, 0x846CA68B)
+    return h ^ (h >> 16)
+
+
+def seeded_uniforms(seeds, positions, device):
+    """One uniform in [0, 1) per row, a pure function of (seed, position): a seeded request draws the
+    same numbers whatever else shares its batch, on any engine process or device, with no per-request
+    generator (one multinomial call per request and token cost a fifth of a decode step at batch 64)."""
+    seeds = [int(x) & 0xFFFFFFFFFFFFFFFF for x in seeds]
+    lo = torch.tensor([x & _M32 for x in seeds], dtype=torch.int64, device=device)
+    hi = torch.tensor([x >> 32 for x in seeds], dtype=torch.int64, device=device)
+    pos = torch.tensor(positions, dtype=torch.int64, device=device)
+    key = _mix32(lo ^ _mix32((hi + _mix32(pos)) & _M32))
+    a = _mix32((key + 0x9E3779B9) & _M32)  # two 32-bit draws -> 53 random bits
+    b = _mix32(a ^ key)
+    return ((a << 21) + (b >> 11)).double() / float(2 ** 53)
+
+
+def choose_tokens(logits, reqs, device):
+    """Next token of each request from its (V,) fp32 logits row: greedy at temperature 0, else drawn by
+    inverse CDF from softmax(logits / T), top-k and top-p applied; seeded requests draw their uniform
+    from (seed, output position), the others from torch's generator. One batched pass for the batch."""
+    toks = torch.argmax(logits, dim=-1)
+    rows = [i for i, r in enumerate(reqs) if r.temperature > 0]
+    if not rows:
+        return toks.tolist()
+    idx = torch.tensor(rows, device=logits.device)
+    temps = torch.tensor([reqs[i].temperature for i in rows], dtype=logits.dtype, device=logits.device)
+    scaled = logits.index_select(0, idx) / temps[:, None]
+    for j, i in enumerate(rows):  # top-k: rare in RL, one row at a time
+        k = reqs[i].top_k
+        if 0 < k < scaled.size(1):
+            kth = torch.topk(scaled[j], k).values[-1]
+            scaled[j] = scaled[j].masked_fill(scaled[j] < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1).double()
+    for j, i in enumerate(rows):  # top-p: the smallest prefix of the sorted probabilities reaching top_p
+        if reqs[i].top_p < 1.0:
+            sp, si = torch.sort(probs[j], descending=True)
+            keep = (sp.cumsum(0) - sp) < reqs[i].top_p
+            probs[j] = torch.zeros_like(probs[j]).scatter(0, si, sp * keep)
+    u = torch.rand(len(rows), dtype=torch.float64, device=logits.device)
+    seeded = [j for j, i in enumerate(rows) if reqs[i].seed is not None]
+    if seeded:
+        draws = seeded_uniforms([reqs[rows[j]].seed for j in seeded], [len(reqs[rows[j]].output) for j in seeded],
+                                logits.device)
+        u[torch.tensor(seeded, device=logits.device)] = draws
+    cdf = probs.cumsum(-1)
+    # the first token whose cumulative mass exceeds u * total: a zero-probability token never is
+    picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp_(max=cdf.size(1) - 1)
+    toks[idx] = picked.to(toks.dtype)
+    return toks.tolist()
 
 
 class Engine:
@@ -430,8 +479,10 @@ class Engine:
                 r.in_logprobs = [[value.get(k), r.input_ids[k], None] for k in range(start, P)]
             if r.max_new == 0:
                 self._finish(r, {"type": "length", "length": 0})
-                continue
-            self._accept(r, lg[-1])
+        go = [i for i, r in enumerate(rs) if r.finish is None]
+        if go:
+            last = torch.stack([logits[i, lens[i] - los[i] - 1] for i in go])
+            self._accept_all([rs[i] for i in go], last)
 
     def _slot_table(self, rs):
         """(B, longest reservation) slot indices of the running requests, rebuilt only when they change."""
@@ -455,33 +506,25 @@ class Engine:
         prev = table.gather(1, positions - 1)[:, 0]
         mask = torch.arange(L, device=self.device)[None, :] < lens[:, None]
         logits = self.model(ids, positions, DecodeCache(self.pool, write, table[:, :L], mask[:, None, None, :], prev))
-        logits = logits[:, -1].float()
-        logprobs = torch.log_softmax(logits, dim=-1)
-        greedy = torch.argmax(logits, dim=-1).tolist()
-        # plain sampling (temperature 1, no top-k/top-p, no seed) for the whole batch in one call
-        plain = [i for i, r in enumerate(rs) if r.temperature == 1.0 and r.top_k <= 0 and r.top_p >= 1.0
-                 and r.generator is None]
-        drawn = {}
-        if plain:
-            idx = torch.tensor(plain, device=self.device)
-            # the exponential race (argmax p_i / E_i, E_i ~ Exp(1)) draws i with probability p_i, as
-            # multinomial does, at a fraction of its cost on a (B, vocab) batch
-            p = torch.exp(logprobs[idx])
-            draws = torch.argmax(p / torch.empty_like(p).exponential_(), dim=-1).tolist()
-            drawn = dict(zip(plain, draws))
-        for i, r in enumerate(rs):
-            tok = greedy[i] if r.temperature == 0 else drawn.get(i)
-            self._accept(r, logits[i], logprobs[i], tok)
+        self._accept_all(rs, logits[:, -1].float())
 
-    def _accept(self, r, logits, logprobs=None, tok=None):
-        if tok is None:
-            tok = sample(logits, r)
+    def _accept_all(self, rs, logits):
+        """rs's next tokens from their (B, V) logits, chosen in one batched pass, with their log-probs
+        (of the unscaled logits, as SGLang reports them) gathered likewise."""
+        toks = choose_tokens(logits, rs, self.device)
+        lps = None
+        if any(r.return_logprob for r in rs):
+            picked = torch.tensor(toks, device=logits.device)[:, None]
+            lps = torch.log_softmax(logits, dim=-1).gather(1, picked)[:, 0].tolist()
+        for i, r in enumerate(rs):
+            self._accept(r, toks[i], None if lps is None else lps[i])
+
+    def _accept(self, r, tok, lp):
         if r.first_token_time is None:
             r.first_token_time = time.time()
         r.output.append(tok)
         self.generation_tokens_total += 1
         if r.return_logprob:
-            lp = float(logprobs[tok]) if logprobs is not None else float(logits[tok] - torch.logsumexp(logits, 0))
             r.out_logprobs.append([lp, tok, None])
         if tok in r.stop_ids:
             self._finish(r, {"type": "stop", "matched": tok})
