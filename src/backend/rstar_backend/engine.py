@@ -81,10 +81,15 @@ def check_device(device, dtype):
 
 
 class KVPool:
-    """K and V for max_total_tokens token slots per layer, allocated once; requests own slot indices."""
+    """K and V for max_total_tokens token slots per layer, allocated once; requests own slot indices.
+
+    Laid out (layers, kv_heads, slots, head_dim), KV head outermost: a decode step's gather of the
+    running requests' slots is then, per KV head, the (rows, length, head_dim) operand of one batched
+    matmul as it is, where the (slots, kv_heads, head_dim) layout needed a transposing copy of the
+    whole gathered cache for each of the two matmuls (attention took ~half of a decode step)."""
 
     def __init__(self, cfg, size, device, dtype):
-        shape = (cfg.num_hidden_layers, size, cfg.num_key_value_heads, cfg.head_dim)
+        shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, size, cfg.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         # smeared keys need each token's key before the mix, to mix it into the next token's
@@ -110,6 +115,11 @@ class KVPool:
         self.free.extend(slots.tolist())
 
 
+def _write(pool, layer, slots, t):
+    """t: (kv_heads, N, head_dim) for N slots."""
+    pool[layer].index_copy_(1, slots, t.to(pool.dtype))
+
+
 class PrefillCache:
     """New prompts, right-padded into one batch: writes the K/V of their real tokens into their slots;
     attention is plain causal within each row (padding comes after the real tokens, so none sees it)."""
@@ -118,36 +128,44 @@ class PrefillCache:
         self.pool, self.slots, self.valid = pool, slots, valid
 
     def _rows(self, t):
-        t = t.transpose(1, 2)  # (B, T, kv_heads, head_dim)
-        return t[0] if self.valid is None else t[self.valid]
+        """(B, kv_heads, T, head_dim) -> (kv_heads, N, head_dim), the real tokens only."""
+        if self.valid is None:
+            return t[0]
+        return t.transpose(1, 2)[self.valid].transpose(0, 1)
 
     def update(self, layer, k, v):
-        self.pool.k[layer, self.slots] = self._rows(k)
-        self.pool.v[layer, self.slots] = self._rows(v)
+        _write(self.pool.k, layer, self.slots, self._rows(k))
+        _write(self.pool.v, layer, self.slots, self._rows(v))
         return k, v, None
 
     def previous_keys(self, layer, k):
         """Prompts start at position 0, so the previous key is the row's previous column (zero for the first)."""
-        self.pool.k_raw[layer, self.slots] = self._rows(k)
+        _write(self.pool.k_raw, layer, self.slots, self._rows(k))
         return previous_in_row(k)
 
 
 class DecodeCache:
-    """One new token per request: writes it, then gathers each request's slots (padded, masked)."""
+    """One new token per request: writes it, then gathers each request's slots (padded, masked).
+
+    The gathered K and V are (B, kv_heads, L, head_dim) views of (kv_heads, B, L, head_dim) tensors:
+    model.attend's batched matmuls take them without a copy."""
 
     def __init__(self, pool, write, gather, mask, prev=None):
         self.pool, self.write, self.gather, self.mask, self.prev = pool, write, gather, mask, prev
 
+    def _gather(self, t):
+        B, L = self.gather.shape
+        return t.index_select(1, self.gather.reshape(-1)).view(t.size(0), B, L, t.size(2)).transpose(0, 1)
+
     def update(self, layer, k, v):
-        self.pool.k[layer, self.write] = k[:, :, 0]
-        self.pool.v[layer, self.write] = v[:, :, 0]
-        return (self.pool.k[layer][self.gather].transpose(1, 2), self.pool.v[layer][self.gather].transpose(1, 2),
-                self.mask)
+        _write(self.pool.k, layer, self.write, k[:, :, 0].transpose(0, 1))
+        _write(self.pool.v, layer, self.write, v[:, :, 0].transpose(0, 1))
+        return self._gather(self.pool.k[layer]), self._gather(self.pool.v[layer]), self.mask
 
     def previous_keys(self, layer, k):
         """prev: the slot of each request's previous token (a decoded token is never at position 0)."""
-        self.pool.k_raw[layer, self.write] = k[:, :, 0]
-        return self.pool.k_raw[layer, self.prev][:, :, None]
+        _write(self.pool.k_raw, layer, self.write, k[:, :, 0].transpose(0, 1))
+        return self.pool.k_raw[layer].index_select(1, self.prev).transpose(0, 1)[:, :, None]
 
 
 class BadRequest(Exception):

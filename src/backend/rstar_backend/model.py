@@ -258,6 +258,17 @@ def attend(q, k, v, mask):
     B, H, Tq, D = q.shape
     G, Tk = k.size(1), k.size(2)
     rep = H // G
+    if (mask is not None and mask.dim() == 4 and mask.size(1) == 1 and mask.size(2) == 1
+            and k.transpose(0, 1).is_contiguous() and v.transpose(0, 1).is_contiguous()):
+        # K/V stored KV head outermost (engine-serve's decode gathers from its pool that way): one
+        # (G * B) batched matmul each, on views, with no transposing copy of the gathered cache
+        kk, vv = k.transpose(0, 1).reshape(G * B, Tk, D), v.transpose(0, 1).reshape(G * B, Tk, D)
+        qq = q.reshape(B, G, rep * Tq, D).transpose(0, 1).reshape(G * B, rep * Tq, D)
+        att = torch.bmm(qq, kk.transpose(1, 2)).view(G, B, rep * Tq, Tk) * (1.0 / math.sqrt(D))
+        att = att.masked_fill(~mask.view(1, mask.size(0), 1, Tk), float("-inf"))
+        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
+        y = torch.bmm(att.view(G * B, rep * Tq, Tk), vv).view(G, B, rep * Tq, D)
+        return y.transpose(0, 1).reshape(B, H, Tq, D)
     att = (q.reshape(B, G, rep * Tq, D) @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
     if mask is None:
         mask = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(Tk - Tq)
