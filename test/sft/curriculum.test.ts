@@ -134,7 +134,8 @@ describe('synthetic curriculum', () => {
     const tasks = split('mix', { train: 12, test: 0, seed: 5 }).train;
     // the real sandbox's results, with the times an idle and a loaded machine measure
     const measured = (cost: number, reason?: string): ToolRunner => ({
-      run: async (calls) => (await runner.run(calls)).map((r) => ({ ...r, cost, reason: reason ?? r.reason })),
+      run: async (calls) =>
+        (await runner.run(calls)).map((r) => ({ ...r, cost, reason: reason ?? r.reason })),
       close: async () => {},
     });
     const options = { errorRate: 0.5, seed: 5, name: 'mix' };
