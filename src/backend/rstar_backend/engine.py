@@ -274,7 +274,7 @@ def seeded_uniforms(seeds, positions, device):
     return ((a << 21) + (b >> 11)).double() / float(2 ** 53)
 
 
-def choose_tokens(logits, reqs, device):
+def choose_tokens(logits, reqs):
     """Next token of each request from its (V,) fp32 logits row: greedy at temperature 0, else drawn by
     inverse CDF from softmax(logits / T), top-k and top-p applied; seeded requests draw their uniform
     from (seed, output position), the others from torch's generator. One batched pass for the batch."""
@@ -529,7 +529,7 @@ class Engine:
     def _accept_all(self, rs, logits):
         """rs's next tokens from their (B, V) logits, chosen in one batched pass, with their log-probs
         (of the unscaled logits, as SGLang reports them) gathered likewise."""
-        toks = choose_tokens(logits, rs, self.device)
+        toks = choose_tokens(logits, rs)
         lps = None
         if any(r.return_logprob for r in rs):
             picked = torch.tensor(toks, device=logits.device)[:, None]

@@ -23,7 +23,7 @@ class Req:
 def frequencies(logits, make_req, n):
     """Empirical distribution of n draws of one logits row, all in one batch."""
     reqs = [make_req(i) for i in range(n)]
-    toks = E.choose_tokens(logits.expand(n, -1).clone(), reqs, torch.device("cpu"))
+    toks = E.choose_tokens(logits.expand(n, -1).clone(), reqs)
     return torch.bincount(torch.tensor(toks), minlength=logits.size(-1)).double() / n
 
 
@@ -54,18 +54,18 @@ class ChooseTokensTest(unittest.TestCase):
 
     def test_temperature_zero_is_argmax(self):
         logits = torch.randn(5, 50)
-        toks = E.choose_tokens(logits, [Req(temperature=0.0) for _ in range(5)], torch.device("cpu"))
+        toks = E.choose_tokens(logits, [Req(temperature=0.0) for _ in range(5)])
         self.assertEqual(toks, torch.argmax(logits, -1).tolist())
 
     def test_a_seeded_draw_does_not_depend_on_the_rest_of_the_batch(self):
         logits = torch.randn(6, 100)
         reqs = [Req(seed=11, produced=5), Req(), Req(temperature=0.0), Req(seed=3, produced=0, top_k=20),
                 Req(seed=11, produced=6), Req(temperature=0.7, seed=5, top_p=0.8)]
-        batch = E.choose_tokens(logits, reqs, torch.device("cpu"))
+        batch = E.choose_tokens(logits, reqs)
         for i in (0, 3, 4, 5):
-            alone = E.choose_tokens(logits[i:i + 1].clone(), [reqs[i]], torch.device("cpu"))
+            alone = E.choose_tokens(logits[i:i + 1].clone(), [reqs[i]])
             self.assertEqual(alone[0], batch[i], f"row {i}")
-        reordered = E.choose_tokens(logits.flip(0), reqs[::-1], torch.device("cpu"))
+        reordered = E.choose_tokens(logits.flip(0), reqs[::-1])
         self.assertEqual([reordered[5 - i] for i in (0, 3, 4, 5)], [batch[i] for i in (0, 3, 4, 5)])
 
     def test_seeded_and_unseeded_frequencies_follow_the_softmax(self):
@@ -94,7 +94,7 @@ class ChooseTokensTest(unittest.TestCase):
     def test_a_certain_token_is_always_drawn(self):
         logits = torch.full((3, 10), -1e9)
         logits[:, 4] = 0.0
-        toks = E.choose_tokens(logits, [Req(seed=s, produced=s) for s in range(3)], torch.device("cpu"))
+        toks = E.choose_tokens(logits, [Req(seed=s, produced=s) for s in range(3)])
         self.assertEqual(toks, [4, 4, 4])
 
 
