@@ -14,6 +14,8 @@ export interface EngineOptions {
   weightVersion?: string;
   /** CPU threads for the model's ops (0 or absent: torch's default). */
   threads?: number;
+  /** No prefix cache: every request prefills its whole input (`--disable-radix-cache`). */
+  disableRadixCache?: boolean;
 }
 
 export interface Engine {
@@ -33,6 +35,7 @@ export function engineArgs(options: EngineOptions & { host?: string }): string[]
   }
   if (options.weightVersion !== undefined) args.push('--weight-version', options.weightVersion);
   if (options.threads) args.push('--threads', String(options.threads));
+  if (options.disableRadixCache) args.push('--disable-radix-cache');
   return args;
 }
 

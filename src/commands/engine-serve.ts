@@ -36,6 +36,10 @@ export async function run(argv: string[]): Promise<void> {
       integer(0),
       0,
     )
+    .option(
+      '--disable-radix-cache',
+      "prefill every request's whole input: no prefix cache (SGLang's flag of the same name)",
+    )
     .option('--ready-file <file>', 'write the URL to FILE once listening (for scripts)');
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<{
@@ -48,6 +52,7 @@ export async function run(argv: string[]): Promise<void> {
     dtype: string;
     device: string;
     threads: number;
+    disableRadixCache?: boolean;
     readyFile?: string;
   }>();
   if (o.port > 65535) throw new UsageError('--port: expected 0..65535');

@@ -5,6 +5,11 @@ thread, which owns the model and does continuous batching: every iteration it ad
 whose whole KV reservation (prompt + max_new_tokens) fits into the free slots of a preallocated KV pool,
 prefills them, then runs one batched decode step for every running request. A request that does not fit
 waits in FIFO order, so `--max-total-tokens` is a real budget, as in SGLang.
+
+Prefix cache (radix.py, on unless --disable-radix-cache): a request reuses the KV of the longest prefix
+of its input that the engine has already run and prefills only the rest; the n samples of one prompt
+admitted together prefill it once. Cached tokens nobody is using count as free (they are evicted,
+least recently used first, when the pool runs short); a weight update drops the cache.
 """
 
 import argparse
@@ -23,9 +28,11 @@ import torch
 from .checkpoint import CheckpointError, load_model, read_config
 from .detok import Detokenizer
 from .model import previous_in_row, token_logprobs
+from .radix import RadixCache
 
 
 PREFILL_TOKENS = 8192  # padded prompt tokens per prefill forward: bounds the activations' memory
+PREFILL_SCORES = 8192 * 4096  # padded (query, key) pairs per prefill forward: bounds attention's scores
 
 
 # --dtype: the CLI's short names and torch's long ones; "auto" serves a GPU in the checkpoint's dtype.
@@ -168,6 +175,40 @@ class DecodeCache:
         return self.pool.k_raw[layer].index_select(1, self.prev).transpose(0, 1)[:, :, None]
 
 
+class ExtendCache:
+    """New tokens after a cached prefix, right-padded into one batch: writes the K/V of the real new
+    tokens into their slots, then each row attends over its whole context (the prefix's slots and the
+    new ones) gathered from the pool, as a decode step does with one query per row.
+
+    table (B, L): each row's context slots; mask (B, 1, T, L): key l is seen by new token j of row i
+    when l <= c_i + j (its position) and l < P_i; prev (B,): the slot of the token before each row's
+    first new token, and has_prev (B,) whether there is one (smeared keys)."""
+
+    def __init__(self, pool, slots, valid, table, mask, prev=None, has_prev=None):
+        self.pool, self.slots, self.valid = pool, slots, valid
+        self.table, self.mask, self.prev, self.has_prev = table, mask, prev, has_prev
+
+    def _rows(self, t):
+        return t.transpose(1, 2)[self.valid].transpose(0, 1)
+
+    def _gather(self, t):
+        B, L = self.table.shape
+        return t.index_select(1, self.table.reshape(-1)).view(t.size(0), B, L, t.size(2)).transpose(0, 1)
+
+    def update(self, layer, k, v):
+        _write(self.pool.k, layer, self.slots, self._rows(k))
+        _write(self.pool.v, layer, self.slots, self._rows(v))
+        return self._gather(self.pool.k[layer]), self._gather(self.pool.v[layer]), self.mask
+
+    def previous_keys(self, layer, k):
+        """Within the new tokens, the row's previous column; before the first, the cached token's raw key."""
+        _write(self.pool.k_raw, layer, self.slots, self._rows(k))
+        prev = previous_in_row(k)
+        first = self.pool.k_raw[layer].index_select(1, self.prev).transpose(0, 1)  # (B, kv_heads, head_dim)
+        prev[:, :, 0] = first * self.has_prev[:, None, None].to(first.dtype)
+        return prev
+
+
 class BadRequest(Exception):
     pass
 
@@ -203,10 +244,28 @@ class Request:
         self.created = time.time()
         self.first_token_time = None
         self.weight_version = None  # the engine's, when the request is prefilled
+        # prefix cache: slots[:shared] are the tree's (locked at node of tree until the request
+        # finishes), the rest the request's own; cached_tokens: the prefix it did not prefill
+        self.tree = None
+        self.node = None
+        self.shared = 0
+        self.cached_tokens = 0
+        self.prefilled = False
 
     @property
     def reserve(self):
         return len(self.input_ids) + self.max_new
+
+    def log_start(self):
+        """The first input position with a log-prob in the response: as SGLang, logprob_start_len -1
+        (the default) means the last prompt token; the first token has none (None)."""
+        P = len(self.input_ids)
+        return min(self.logprob_start_len, P - 1) if self.logprob_start_len >= 0 else P - 1
+
+    def logits_from(self):
+        """The first input position whose logits are needed: the one before log_start() when input
+        log-probs are wanted, else the last (whose logits give the first output token)."""
+        return max(0, self.log_start() - 1) if self.return_logprob else len(self.input_ids) - 1
 
 
 def parse_sampling(sp, eos, context_len, prompt_len):
@@ -324,12 +383,15 @@ class Engine:
         self.detok = Detokenizer(args.model)
         self.context_len = min(self.cfg.max_position_embeddings, args.max_total_tokens)
         self.pool = KVPool(self.cfg, args.max_total_tokens, self.device, self.dtype)
+        self.radix = None if getattr(args, "disable_radix_cache", False) else RadixCache(self.device)
+        self.retired = []  # caches dropped by a weight update while running requests still held nodes
         self.lock = threading.Condition()
         self.waiting = deque()
         self.running = []
         self.pending_ops = []  # callables run by the scheduler thread between iterations
         self.max_used = 0
         self.prompt_tokens_total = 0
+        self.cached_tokens_total = 0
         self.generation_tokens_total = 0
         self.requests_total = 0
         self.stopped = False
@@ -402,15 +464,25 @@ class Engine:
                 raise CheckpointError(f"{path}: architecture differs from the served model")
             self.model = self._load(path)
             self.model_path = path
+            self._drop_cache()  # its K/V came from the old weights
             if version is not None:
                 self.weight_version = version
             self.detok = Detokenizer(path) if os.path.isfile(os.path.join(path, "tokenizer.json")) else self.detok
             return True
         return self.run_op(op)
 
+    def flush_cache(self):
+        self.run_op(self._drop_cache)
+        return True
+
     def stats(self):
         with self.lock:
-            return {"used": self.pool.used, "running": len(self.running), "waiting": len(self.waiting)}
+            return {"used": self._used(), "running": len(self.running), "waiting": len(self.waiting),
+                    "cached": 0 if self.radix is None else self.radix.tokens}
+
+    def _used(self):
+        """KV slots in use, cached tokens nobody is using counted as free (as SGLang reports them)."""
+        return self.pool.used - (0 if self.radix is None else self.radix.evictable)
 
     # ---- scheduler thread ----
     def _loop(self):
@@ -427,13 +499,10 @@ class Engine:
                 admit = []
                 # FIFO: the head waits until it fits, so a long request is never starved by short ones.
                 while self.waiting and len(self.running) + len(admit) < self.args.max_running_requests:
-                    r = self.waiting[0]
-                    if r.reserve > len(self.pool.free):
+                    if not self._reserve(self.waiting[0]):
                         break
-                    self.waiting.popleft()
-                    r.slots = self.pool.alloc(r.reserve)
-                    admit.append(r)
-                self.max_used = max(self.max_used, self.pool.used)
+                    admit.append(self.waiting.popleft())
+                self.max_used = max(self.max_used, self._used())
             try:
                 with torch.no_grad():
                     if admit:
@@ -445,56 +514,154 @@ class Engine:
                 sys.stderr.write(f"engine-serve: scheduler error: {e!r}\n")
                 for r in admit + self.running:
                     if r.finish is None:
-                        self._finish(r, {"type": "abort", "message": f"internal error: {e}"})
+                        self._finish(r, {"type": "abort", "message": f"internal error: {e}"}, cache=False)
                 self.running = []
             with self.lock:
                 self.running = [r for r in self.running if r.finish is None]
 
+    def _match_limit(self, r):
+        """How much of r's input a cached prefix may cover: up to the first position whose logits r
+        needs (the last token's, which start the completion, or the first input log-prob's)."""
+        return r.logits_from()
+
+    def _reserve(self, r):
+        """Takes r's KV reservation: the cached prefix of its input (locked) and free slots for the
+        rest, evicting unused cached tokens when the pool is short. False when it does not fit."""
+        node, prefix, c = None, None, 0
+        if self.radix is not None:
+            node, prefix, c = self.radix.match(r.input_ids[:self._match_limit(r)])
+            self.radix.lock(node)
+        need = r.reserve - c
+        if need > len(self.pool.free) and self.radix is not None:
+            for slots in self.radix.evict(need - len(self.pool.free)):
+                self.pool.release(slots)
+        if need > len(self.pool.free):
+            if node is not None:
+                self.radix.unlock(node)
+            return False
+        own = self.pool.alloc(need)
+        r.slots = torch.cat([prefix, own]) if c else own
+        r.tree, r.node, r.shared, r.cached_tokens = self.radix, node, c, c
+        return True
+
+    def _rematch(self, r):
+        """After other requests' prefill cached more of r's input: takes the longer prefix, freeing
+        r's own slots that it replaces."""
+        node, prefix, c = self.radix.match(r.input_ids[:self._match_limit(r)])
+        if c <= r.shared:
+            return
+        self.radix.lock(node)
+        self.radix.unlock(r.node)
+        self.pool.release(r.slots[r.shared:c])
+        r.slots = torch.cat([prefix, r.slots[c:]])
+        r.node, r.shared, r.cached_tokens = node, c, c
+
+    def _cache_sequence(self, r, n):
+        """Puts r's first n tokens (input, then output), whose K/V are in r.slots[:n], into the cache
+        and makes r use the tree's slots for them (another request may have cached the same tokens
+        first: r's copies are then freed). Returns False when r's cache is not the current one."""
+        if r.tree is None or r.tree is not self.radix or n <= r.shared:
+            return False
+        ids = (r.input_ids + r.output)[:n] if n > len(r.input_ids) else r.input_ids[:n]
+        m, node = self.radix.insert(ids, r.slots[:n])
+        self.radix.lock(node)
+        self.radix.unlock(r.node)
+        if m > r.shared:  # tokens someone else cached meanwhile: use theirs, free ours
+            _, tree_slots, _ = self.radix.match(ids[:m])
+            self.pool.release(r.slots[r.shared:m])
+            r.slots = torch.cat([tree_slots, r.slots[m:]])
+        r.node, r.shared = node, n
+        return True
+
+    def _drop_cache(self):
+        """Drops the prefix cache (a weight update: its K/V came from the old weights). Nodes running
+        requests still hold stay in a retired tree until they finish."""
+        if self.radix is None:
+            return
+        old = self.radix
+        for slots in old.evict(old.tokens):
+            self.pool.release(slots)
+        if old.tokens:
+            self.retired.append(old)
+        self.radix = RadixCache(self.device)
+
     def _prefill(self, rs):
-        """Prefills new requests together, in chunks of about PREFILL_TOKENS padded tokens."""
-        chunk, longest = [], 0
-        for r in sorted(rs, key=lambda r: len(r.input_ids)):
-            n = len(r.input_ids)
-            if chunk and (len(chunk) + 1) * max(longest, n) > PREFILL_TOKENS:
+        """Prefills new requests: when several carry the same input (a problem's n samples), one of
+        them first; the others then find it cached and prefill only its last token."""
+        first, rest, seen = [], [], set()
+        for r in rs:
+            key = tuple(r.input_ids) if self.radix is not None else r.serial
+            (rest if key in seen else first).append(r)
+            seen.add(key)
+        self._prefill_chunks(first)
+        if rest:
+            for r in rest:
+                self._rematch(r)
+            self._prefill_chunks(rest)
+
+    def _prefill_chunks(self, rs):
+        """In chunks of about PREFILL_TOKENS padded new tokens, and PREFILL_SCORES (query, key) pairs."""
+        chunk, longest, widest = [], 0, 0
+        for r in sorted(rs, key=lambda r: len(r.input_ids) - r.shared):
+            n, P = len(r.input_ids) - r.shared, len(r.input_ids)
+            size = len(chunk) + 1
+            if chunk and (size * max(longest, n) > PREFILL_TOKENS or size * max(longest, n) * max(widest, P) > PREFILL_SCORES):
                 self._prefill_chunk(chunk)
-                chunk, longest = [], 0
+                chunk, longest, widest = [], 0, 0
             chunk.append(r)
-            longest = max(longest, n)
+            longest, widest = max(longest, n), max(widest, P)
         if chunk:
             self._prefill_chunk(chunk)
 
     def _prefill_chunk(self, rs):
+        """Row i runs input tokens c_i..P_i-1 (c_i: its cached prefix) at their positions."""
         for r in rs:
             r.weight_version = self.weight_version
         B = len(rs)
         lens = [len(r.input_ids) for r in rs]
-        T = max(lens)
+        cs = [r.shared for r in rs]
+        news = [P - c for P, c in zip(lens, cs)]
+        T = max(news)
         ids = torch.zeros((B, T), dtype=torch.long)
         slots = torch.zeros((B, T), dtype=torch.long, device=self.device)
-        # as SGLang: logprob_start_len -1 (the default) means from the last prompt token; the first
-        # prompt token has no log-prob (None). Logits are computed only from where they are needed.
-        starts, los = [], []
+        # Logits are computed only from where they are needed (at or after the cached prefix)
+        starts, los = [r.log_start() for r in rs], [r.logits_from() for r in rs]
         for i, r in enumerate(rs):
-            P = lens[i]
-            ids[i, :P] = torch.tensor(r.input_ids)
-            slots[i, :P] = r.slots[:P]
-            start = min(r.logprob_start_len, P - 1) if r.logprob_start_len >= 0 else P - 1
-            starts.append(start)
-            los.append(max(0, start - 1) if r.return_logprob else P - 1)
+            P, c = lens[i], cs[i]
+            ids[i, :P - c] = torch.tensor(r.input_ids[c:])
+            slots[i, :P - c] = r.slots[c:P]
         R = max(P - lo for P, lo in zip(lens, los))
-        at = torch.tensor([[min(lo + j, P - 1) for j in range(R)] for P, lo in zip(lens, los)], device=self.device)
+        at = torch.tensor([[min(lo + j, P - 1) - c for j in range(R)] for P, lo, c in zip(lens, los, cs)],
+                          device=self.device)
         ids = ids.to(self.device)
-        valid = torch.arange(T, device=self.device)[None, :] < torch.tensor(lens, device=self.device)[:, None]
-        cache = PrefillCache(self.pool, slots[valid], valid)
-        logits = self.model(ids, cache=cache, logits_at=at).float()
+        news_t = torch.tensor(news, device=self.device)
+        valid = torch.arange(T, device=self.device)[None, :] < news_t[:, None]
+        if not any(cs):
+            logits = self.model(ids, cache=PrefillCache(self.pool, slots[valid], valid), logits_at=at).float()
+        else:
+            L = max(lens)
+            table = torch.zeros((B, L), dtype=torch.long, device=self.device)
+            for i, r in enumerate(rs):
+                table[i, :lens[i]] = r.slots[:lens[i]]
+            cs_t = torch.tensor(cs, device=self.device)
+            positions = cs_t[:, None] + torch.arange(T, device=self.device)[None, :]
+            keys = torch.arange(L, device=self.device)[None, None, :]
+            mask = (keys <= positions[:, :, None]) & (keys < torch.tensor(lens, device=self.device)[:, None, None])
+            prev = table.gather(1, (cs_t - 1).clamp(min=0)[:, None])[:, 0]
+            cache = ExtendCache(self.pool, slots[valid], valid, table, mask[:, None], prev, cs_t > 0)
+            logits = self.model(ids, positions, cache=cache, logits_at=at).float()
         self.prompt_tokens_total += sum(lens)
+        self.cached_tokens_total += sum(r.cached_tokens for r in rs)
         for i, r in enumerate(rs):
-            P, lo, start = lens[i], los[i], starts[i]
+            P, lo, start, c = lens[i], los[i], starts[i], cs[i]
+            r.prefilled = True
             lg = logits[i, :P - lo]  # lg[j] predicts token lo + j + 1
             if r.return_logprob:
-                lp = token_logprobs(lg[:-1], ids[i, lo + 1:P]).tolist() if P > 1 else []
+                lp = token_logprobs(lg[:-1], torch.tensor(r.input_ids[lo + 1:P], device=lg.device)).tolist() if P > 1 else []
                 value = {lo + 1 + j: v for j, v in enumerate(lp)}
                 r.in_logprobs = [[value.get(k), r.input_ids[k], None] for k in range(start, P)]
+            if self.radix is not None:  # the prompt, for requests that arrive later with the same one
+                self._cache_sequence(r, P)
             if r.max_new == 0:
                 self._finish(r, {"type": "length", "length": 0})
         go = [i for i, r in enumerate(rs) if r.finish is None]
@@ -558,14 +725,31 @@ class Engine:
         if len(r.output) >= r.max_new:
             self._finish(r, {"type": "length", "length": len(r.output)})
 
-    def _finish(self, r, reason, text=None):
+    def _finish(self, r, reason, text=None, cache=True):
+        """cache=False: r's K/V may be incomplete (a failed batch); nothing of it goes into the cache."""
         r.finish = reason
         r.text = text if text is not None else self.detok.decode(r.output, r.skip_special)
         if r.slots is not None:
-            with self.lock:
-                self.pool.release(r.slots)
-            r.slots = None
+            with self.lock:  # HTTP threads read the pool's counts
+                self._release(r, cache)
         r.done.set()
+
+    def _release(self, r, cache):
+        # The K/V written: the input once prefilled, and every output token but the last (sampled,
+        # never run). Cached for a later turn of the same conversation, which starts with them.
+        done = len(r.input_ids) + max(len(r.output) - 1, 0) if r.prefilled else r.shared
+        kept = r.shared
+        if cache and self._cache_sequence(r, done):
+            kept = done
+        self.pool.release(r.slots[kept:])
+        if r.tree is not None:
+            r.tree.unlock(r.node)
+            if r.tree is not self.radix:  # a dropped cache: free what no running request holds now
+                for slots in r.tree.evict(r.tree.tokens):
+                    self.pool.release(slots)
+                if not r.tree.tokens:
+                    self.retired.remove(r.tree)
+        r.slots = r.tree = r.node = None
 
     def close(self):
         with self.lock:
@@ -580,7 +764,7 @@ def response_of(r):
         "finish_reason": r.finish,
         "prompt_tokens": len(r.input_ids),
         "completion_tokens": len(r.output),
-        "cached_tokens": 0,
+        "cached_tokens": r.cached_tokens,
         "e2e_latency": round(time.time() - r.created, 6),
     }
     if r.weight_version is not None:
@@ -648,6 +832,10 @@ def metrics_text(engine):
         ("sglang:num_queue_reqs", "gauge", "requests waiting for KV space", s["waiting"]),
         ("sglang:max_total_num_tokens", "gauge", "KV budget in tokens", engine.pool.size),
         ("sglang:prompt_tokens_total", "counter", "prompt tokens processed", engine.prompt_tokens_total),
+        ("sglang:cached_tokens_total", "counter", "prompt tokens served from the prefix cache", engine.cached_tokens_total),
+        ("sglang:cache_hit_rate", "gauge", "share of prompt tokens served from the prefix cache",
+         engine.cached_tokens_total / max(1, engine.prompt_tokens_total)),
+        ("rstar:radix_cache_tokens", "gauge", "tokens held by the prefix cache (in use or not)", s["cached"]),
         ("sglang:generation_tokens_total", "counter", "tokens generated", engine.generation_tokens_total),
         ("sglang:num_requests_total", "counter", "requests received", engine.requests_total),
         ("rstar:max_used_tokens", "gauge", "highest KV use seen", engine.max_used),
@@ -706,6 +894,7 @@ def make_handler(engine):
             if path == "/metrics":
                 return self._send(200, metrics_text(engine), "text/plain; version=0.0.4")
             if path == "/flush_cache":
+                engine.flush_cache()
                 return self._send(200, "Cache flushed.\n", "text/plain")
             return self._error(404, f"no route {path}")
 
@@ -736,6 +925,7 @@ def make_handler(engine):
                     return self._send(200, {"success": True, "message": "Succeeded to update model weights.",
                                             "num_paused_requests": 0})
                 if path == "/flush_cache":
+                    engine.flush_cache()
                     return self._send(200, "Cache flushed.\n", "text/plain")
                 if path == "/abort_request":
                     n = engine.abort(body.get("rid"), bool(body.get("abort_all")))
@@ -761,6 +951,7 @@ def server_info(engine):
         "model_path": engine.model_path, "tokenizer_path": engine.model_path,
         "max_total_num_tokens": engine.pool.size, "context_length": engine.context_len,
         "max_running_requests": engine.args.max_running_requests, "page_size": 1,
+        "disable_radix_cache": engine.radix is None,
         "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
         "kv_cache_bytes": engine.pool.nbytes, "vocab_size": cfg.vocab_size, "version": "rstar-engine/1",
         "threads": torch.get_num_threads(),
@@ -779,6 +970,8 @@ def main(argv):
     p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--weight-version", default="0", help="the label of the weights served at start")
+    p.add_argument("--disable-radix-cache", action="store_true",
+                   help="prefill every request's whole input (no prefix cache), as SGLang's flag")
     args = p.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
