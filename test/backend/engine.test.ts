@@ -27,6 +27,7 @@ interface MetaInfo {
   finish_reason: { type: string; matched?: number | string; length?: number; message?: string };
   prompt_tokens: number;
   completion_tokens: number;
+  cached_tokens: number;
   output_token_logprobs?: [number, number, null][];
   input_token_logprobs?: [number | null, number, null][];
 }
@@ -414,6 +415,42 @@ describe('engine-serve: KV budget and weight reload', () => {
       assert.match(bad.json.message, /nope/);
     } finally {
       await engine.close();
+    }
+  });
+
+  test('a later turn reuses the KV of the earlier one; --disable-radix-cache prefills it all', async () => {
+    const [cached, plain] = await Promise.all([
+      startEngine({ model: m0, maxTotalTokens: 1024 }),
+      startEngine({ model: m0, maxTotalTokens: 1024, disableRadixCache: true }),
+    ]);
+    try {
+      const conversation = async (url: string) => {
+        const ask = (ids: number[]) =>
+          post<Generated>(`${url}/generate`, {
+            input_ids: ids,
+            sampling_params: { max_new_tokens: 12, temperature: 1, ignore_eos: true, sampling_seed: 4 },
+            return_logprob: true,
+          });
+        const prompt = [1, 50, 60, 70, 80];
+        const first = (await ask(prompt)).json;
+        const second = (await ask([...prompt, ...first.output_ids, 9, 10, 11])).json;
+        return { first, second, hits: await metric(url, 'sglang:cached_tokens_total') };
+      };
+      const [a, b] = await Promise.all([conversation(cached.url), conversation(plain.url)]);
+      assert.deepEqual(a.second.output_ids, b.second.output_ids);
+      // the first turn's input and output, but its last token, which was sampled and never run
+      assert.equal(a.second.meta_info.cached_tokens, 5 + 12 - 1);
+      assert.equal(a.hits, 16);
+      assert.equal(b.second.meta_info.cached_tokens, 0);
+      assert.equal(b.hits, 0);
+      // cached tokens nobody uses count as free, so the scheduler sees the whole budget
+      assert.equal(await metric(cached.url, 'sglang:num_used_tokens'), 0);
+      assert.ok((await metric(cached.url, 'rstar:radix_cache_tokens')) >= 16);
+      const flushed = await fetch(`${cached.url}/flush_cache`, { method: 'POST' });
+      assert.equal(flushed.status, 200);
+      assert.equal(await metric(cached.url, 'rstar:radix_cache_tokens'), 0);
+    } finally {
+      await Promise.all([cached.close(), plain.close()]);
     }
   });
 
