@@ -337,10 +337,13 @@ def choose_tokens(logits, reqs):
     """Next token of each request from its (V,) fp32 logits row: greedy at temperature 0, else drawn by
     inverse CDF from softmax(logits / T), top-k and top-p applied; seeded requests draw their uniform
     from (seed, output position), the others from torch's generator. One batched pass for the batch."""
-    toks = torch.argmax(logits, dim=-1)
     rows = [i for i, r in enumerate(reqs) if r.temperature > 0]
-    if not rows:
-        return toks.tolist()
+    if len(rows) < len(reqs):  # greedy rows (a full pass over the vocabulary: skipped when there are none)
+        toks = torch.argmax(logits, dim=-1)
+        if not rows:
+            return toks.tolist()
+    else:
+        toks = torch.empty(len(reqs), dtype=torch.long, device=logits.device)
     idx = torch.tensor(rows, device=logits.device)
     temps = torch.tensor([reqs[i].temperature for i in rows], dtype=logits.dtype, device=logits.device)
     scaled = logits.index_select(0, idx) / temps[:, None]
