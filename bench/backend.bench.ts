@@ -4,6 +4,8 @@
  * - the TypeScript bridge's overhead: `rstar train-step --follow` vs the Python step run directly
  *   on the same batches (end to end, process start included),
  * - engine-serve generated tokens/s with 1 and with 64 concurrent requests (continuous batching),
+ * - engine-serve on agentic turns (16 prompts x 4 samples, 3 turns, a 24-token tool answer between
+ *   turns), with its prefix cache and with --disable-radix-cache: wall, CPU, prompt tokens prefilled,
  * - memory (peak RSS) of engine-serve with its KV budget full, and the KV pool's own size.
  * Usage: npm run bench:backend [-- --quick] [-- --json FILE]
  */
@@ -173,6 +175,69 @@ async function generate(url: string, prompt: number[], maxNew: number): Promise<
 }
 
 /** user + sys CPU seconds of a process so far (/proc/PID/stat, clock ticks of 1/100 s). */
+async function turn(url: string, ids: number[], maxNew: number, seed: number): Promise<number[]> {
+  const res = await fetch(`${url}/generate`, {
+    method: 'POST',
+    body: JSON.stringify({
+      input_ids: ids,
+      sampling_params: { max_new_tokens: maxNew, temperature: 1, ignore_eos: true, sampling_seed: seed },
+      return_logprob: true,
+    }),
+  });
+  return ((await res.json()) as { output_ids: number[] }).output_ids;
+}
+
+/** Rollout's traffic: every later turn re-sends the whole context; the samples of a prompt share it. */
+async function turnsBench(python: string, model: string, cache: boolean) {
+  const server = await startServer({
+    name: 'engine-serve',
+    command: python,
+    args: engineArgs({ model, port: 0, maxTotalTokens: 65536, disableRadixCache: !cache }),
+    env: backendEnv(),
+  });
+  const { url } = server;
+  const pid = server.pid as number;
+  try {
+    const r = rng(7);
+    const id = () => 3 + Math.floor(r() * 4000);
+    const prompts = Array.from({ length: 16 }, () => Array.from({ length: 3 * ENGINE_PROMPT }, id));
+    const tool = Array.from({ length: 64 }, () => Array.from({ length: 24 }, id));
+    await turn(url, prompts[0].slice(0, 4), 4, 0); // warm-up
+    const t0 = performance.now();
+    const cpu0 = cpuOf(pid);
+    let generated = 0;
+    await Promise.all(
+      Array.from({ length: 64 }, async (_, c) => {
+        let context = [...prompts[c % 16]];
+        for (let k = 0; k < 3; k++) {
+          const out = await turn(url, context, NEW_TOKENS / 2, c * 10 + k);
+          generated += out.length;
+          context = [...context, ...out, ...tool[c]];
+        }
+      }),
+    );
+    const seconds = (performance.now() - t0) / 1000;
+    const cpu = cpuOf(pid) - cpu0;
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    const metric = (name: string) => Number(new RegExp(`${name}\\{[^}]*\\} (\\S+)`).exec(metrics)?.[1]);
+    const prompt = metric('sglang:prompt_tokens_total');
+    const cached = metric('sglang:cached_tokens_total');
+    return {
+      prefix_cache: cache,
+      conversations: 64,
+      turns: 3,
+      generated_tokens: generated,
+      seconds,
+      cpu_seconds: cpu,
+      prompt_tokens: prompt,
+      prefilled_tokens: prompt - cached,
+      cache_hit_rate: prompt > 0 ? cached / prompt : 0,
+    };
+  } finally {
+    await server.stop();
+  }
+}
+
 function cpuOf(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
   return (Number(fields[11]) + Number(fields[12])) / 100;
@@ -279,6 +344,16 @@ async function main(): Promise<void> {
           `(${r.kv_cache_mb.toFixed(1)} MiB), max used ${r.max_used_tokens}; peak RSS ${r.peak_rss_mb.toFixed(0)} MiB`,
       );
     }
+    const turns = [];
+    for (const cache of [true, false]) {
+      const r = await turnsBench(python, model, cache);
+      turns.push(r);
+      console.error(
+        `engine-serve agentic turns, prefix cache ${cache ? 'on' : 'off'}: ${r.seconds.toFixed(2)} s wall, ` +
+          `${r.cpu_seconds.toFixed(2)} s CPU, ${r.generated_tokens} tokens generated; ${r.prefilled_tokens} of ` +
+          `${r.prompt_tokens} prompt tokens prefilled (hit rate ${(100 * r.cache_hit_rate).toFixed(1)}%)`,
+      );
+    }
     const speedup = engine[1].tokens_per_s / engine[0].tokens_per_s;
     const cpuSpeedup = engine[1].tokens_per_cpu_s / engine[0].tokens_per_cpu_s;
     console.error(
@@ -289,6 +364,8 @@ async function main(): Promise<void> {
       config: sizes,
       train,
       engine,
+      turns,
+      prefix_cache_speedup: turns[1].seconds / turns[0].seconds,
       batching_speedup: speedup,
       batching_speedup_cpu: cpuSpeedup,
       quick,
