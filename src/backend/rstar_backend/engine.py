@@ -485,7 +485,10 @@ class Engine:
 
     def _used(self):
         """KV slots in use, cached tokens nobody is using counted as free (as SGLang reports them)."""
-        return self.pool.used - (0 if self.radix is None else self.radix.evictable)
+        return self.pool.used - self.radix_evictable()
+
+    def radix_evictable(self):
+        return 0 if self.radix is None else self.radix.evictable
 
     # ---- scheduler thread ----
     def _loop(self):
@@ -535,7 +538,8 @@ class Engine:
             node, prefix, c = self.radix.match(r.input_ids[:self._match_limit(r)])
             self.radix.lock(node)
         need = r.reserve - c
-        if need > len(self.pool.free) and self.radix is not None:
+        # evict only when that makes it fit (a request that must wait anyway keeps the cache intact)
+        if len(self.pool.free) < need <= len(self.pool.free) + self.radix_evictable():
             for slots in self.radix.evict(need - len(self.pool.free)):
                 self.pool.release(slots)
         if need > len(self.pool.free):
@@ -581,6 +585,10 @@ class Engine:
         requests still hold stay in a retired tree until they finish."""
         if self.radix is None:
             return
+        with self.lock:
+            self._retire()
+
+    def _retire(self):
         old = self.radix
         for slots in old.evict(old.tokens):
             self.pool.release(slots)
@@ -598,8 +606,9 @@ class Engine:
             seen.add(key)
         self._prefill_chunks(first)
         if rest:
-            for r in rest:
-                self._rematch(r)
+            with self.lock:  # HTTP threads read the pool's and the cache's counts
+                for r in rest:
+                    self._rematch(r)
             self._prefill_chunks(rest)
 
     def _prefill_chunks(self, rs):
@@ -664,7 +673,8 @@ class Engine:
                 value = {lo + 1 + j: v for j, v in enumerate(lp)}
                 r.in_logprobs = [[value.get(k), r.input_ids[k], None] for k in range(start, P)]
             if self.radix is not None:  # the prompt, for requests that arrive later with the same one
-                self._cache_sequence(r, P)
+                with self.lock:
+                    self._cache_sequence(r, P)
             if r.max_new == 0:
                 self._finish(r, {"type": "length", "length": 0})
         go = [i for i, r in enumerate(rs) if r.finish is None]
