@@ -127,6 +127,18 @@ def _write(pool, layer, slots, t):
     pool[layer].index_copy_(1, slots, t.to(pool.dtype))
 
 
+def _real_tokens(t, valid):
+    """(B, kv_heads, T, head_dim) right-padded -> (kv_heads, N, head_dim), the N real tokens."""
+    return t.transpose(1, 2)[valid].transpose(0, 1)
+
+
+def _gather(t, table):
+    """The slots of table (B, L) from one layer's (kv_heads, slots, head_dim) pool: a (B, kv_heads, L,
+    head_dim) view of a (kv_heads, B, L, head_dim) tensor, which model.attend multiplies without a copy."""
+    B, L = table.shape
+    return t.index_select(1, table.reshape(-1)).view(t.size(0), B, L, t.size(2)).transpose(0, 1)
+
+
 class PrefillCache:
     """New prompts, right-padded into one batch: writes the K/V of their real tokens into their slots;
     attention is plain causal within each row (padding comes after the real tokens, so none sees it)."""
@@ -135,10 +147,7 @@ class PrefillCache:
         self.pool, self.slots, self.valid = pool, slots, valid
 
     def _rows(self, t):
-        """(B, kv_heads, T, head_dim) -> (kv_heads, N, head_dim), the real tokens only."""
-        if self.valid is None:
-            return t[0]
-        return t.transpose(1, 2)[self.valid].transpose(0, 1)
+        return t[0] if self.valid is None else _real_tokens(t, self.valid)
 
     def update(self, layer, k, v):
         _write(self.pool.k, layer, self.slots, self._rows(k))
@@ -160,14 +169,10 @@ class DecodeCache:
     def __init__(self, pool, write, gather, mask, prev=None):
         self.pool, self.write, self.gather, self.mask, self.prev = pool, write, gather, mask, prev
 
-    def _gather(self, t):
-        B, L = self.gather.shape
-        return t.index_select(1, self.gather.reshape(-1)).view(t.size(0), B, L, t.size(2)).transpose(0, 1)
-
     def update(self, layer, k, v):
         _write(self.pool.k, layer, self.write, k[:, :, 0].transpose(0, 1))
         _write(self.pool.v, layer, self.write, v[:, :, 0].transpose(0, 1))
-        return self._gather(self.pool.k[layer]), self._gather(self.pool.v[layer]), self.mask
+        return _gather(self.pool.k[layer], self.gather), _gather(self.pool.v[layer], self.gather), self.mask
 
     def previous_keys(self, layer, k):
         """prev: the slot of each request's previous token (a decoded token is never at position 0)."""
@@ -184,25 +189,18 @@ class ExtendCache:
     when l <= c_i + j (its position) and l < P_i; prev (B,): the slot of the token before each row's
     first new token, and has_prev (B,) whether there is one (smeared keys)."""
 
-    def __init__(self, pool, slots, valid, table, mask, prev=None, has_prev=None):
+    def __init__(self, pool, slots, valid, table, mask, prev, has_prev):
         self.pool, self.slots, self.valid = pool, slots, valid
         self.table, self.mask, self.prev, self.has_prev = table, mask, prev, has_prev
 
-    def _rows(self, t):
-        return t.transpose(1, 2)[self.valid].transpose(0, 1)
-
-    def _gather(self, t):
-        B, L = self.table.shape
-        return t.index_select(1, self.table.reshape(-1)).view(t.size(0), B, L, t.size(2)).transpose(0, 1)
-
     def update(self, layer, k, v):
-        _write(self.pool.k, layer, self.slots, self._rows(k))
-        _write(self.pool.v, layer, self.slots, self._rows(v))
-        return self._gather(self.pool.k[layer]), self._gather(self.pool.v[layer]), self.mask
+        _write(self.pool.k, layer, self.slots, _real_tokens(k, self.valid))
+        _write(self.pool.v, layer, self.slots, _real_tokens(v, self.valid))
+        return _gather(self.pool.k[layer], self.table), _gather(self.pool.v[layer], self.table), self.mask
 
     def previous_keys(self, layer, k):
         """Within the new tokens, the row's previous column; before the first, the cached token's raw key."""
-        _write(self.pool.k_raw, layer, self.slots, self._rows(k))
+        _write(self.pool.k_raw, layer, self.slots, _real_tokens(k, self.valid))
         prev = previous_in_row(k)
         first = self.pool.k_raw[layer].index_select(1, self.prev).transpose(0, 1)  # (B, kv_heads, head_dim)
         prev[:, :, 0] = first * self.has_prev[:, None, None].to(first.dtype)
@@ -485,9 +483,9 @@ class Engine:
 
     def _used(self):
         """KV slots in use, cached tokens nobody is using counted as free (as SGLang reports them)."""
-        return self.pool.used - self.radix_evictable()
+        return self.pool.used - self._evictable()
 
-    def radix_evictable(self):
+    def _evictable(self):
         return 0 if self.radix is None else self.radix.evictable
 
     # ---- scheduler thread ----
@@ -525,21 +523,16 @@ class Engine:
             with self.lock:
                 self.running = [r for r in self.running if r.finish is None]
 
-    def _match_limit(self, r):
-        """How much of r's input a cached prefix may cover: up to the first position whose logits r
-        needs (the last token's, which start the completion, or the first input log-prob's)."""
-        return r.logits_from()
-
     def _reserve(self, r):
         """Takes r's KV reservation: the cached prefix of its input (locked) and free slots for the
         rest, evicting unused cached tokens when the pool is short. False when it does not fit."""
         node, prefix, c = None, None, 0
-        if self.radix is not None:
-            node, prefix, c = self.radix.match(r.input_ids[:self._match_limit(r)])
+        if self.radix is not None:  # never past the first position whose logits r needs
+            node, prefix, c = self.radix.match(r.input_ids[:r.logits_from()])
             self.radix.lock(node)
         need = r.reserve - c
         # evict only when that makes it fit (a request that must wait anyway keeps the cache intact)
-        if len(self.pool.free) < need <= len(self.pool.free) + self.radix_evictable():
+        if len(self.pool.free) < need <= len(self.pool.free) + self._evictable():
             for slots in self.radix.evict(need - len(self.pool.free)):
                 self.pool.release(slots)
         if need > len(self.pool.free):
@@ -551,33 +544,34 @@ class Engine:
         r.tree, r.node, r.shared, r.cached_tokens = self.radix, node, c, c
         return True
 
-    def _rematch(self, r):
-        """After other requests' prefill cached more of r's input: takes the longer prefix, freeing
-        r's own slots that it replaces."""
-        node, prefix, c = self.radix.match(r.input_ids[:self._match_limit(r)])
-        if c <= r.shared:
-            return
+    def _share(self, r, node, prefix):
+        """r's first len(prefix) tokens use the tree's slots `prefix` (the path to node, which r locks
+        instead of its previous node); r's own slots that they replace go back to the pool."""
+        k = prefix.numel()
         self.radix.lock(node)
         self.radix.unlock(r.node)
-        self.pool.release(r.slots[r.shared:c])
-        r.slots = torch.cat([prefix, r.slots[c:]])
-        r.node, r.shared, r.cached_tokens = node, c, c
+        own = r.slots[r.shared:k]
+        self.pool.release(own[own != prefix[r.shared:k]])  # a slot the tree adopted from r stays
+        r.slots = torch.cat([prefix, r.slots[k:]])
+        r.node, r.shared = node, k
+
+    def _rematch(self, r):
+        """After other requests' prefill cached more of r's input: takes the longer prefix."""
+        node, prefix, c = self.radix.match(r.input_ids[:r.logits_from()])
+        if c > r.shared:
+            self._share(r, node, prefix)
+            r.cached_tokens = c
 
     def _cache_sequence(self, r, n):
-        """Puts r's first n tokens (input, then output), whose K/V are in r.slots[:n], into the cache
-        and makes r use the tree's slots for them (another request may have cached the same tokens
-        first: r's copies are then freed). Returns False when r's cache is not the current one."""
+        """Puts r's first n tokens (input, then output), whose K/V are in r.slots[:n], into the cache;
+        where another request cached the same tokens first, r uses those and frees its copies.
+        Returns False when r's cache is not the current one."""
         if r.tree is None or r.tree is not self.radix or n <= r.shared:
             return False
         ids = (r.input_ids + r.output)[:n] if n > len(r.input_ids) else r.input_ids[:n]
-        m, node = self.radix.insert(ids, r.slots[:n])
-        self.radix.lock(node)
-        self.radix.unlock(r.node)
-        if m > r.shared:  # tokens someone else cached meanwhile: use theirs, free ours
-            _, tree_slots, _ = self.radix.match(ids[:m])
-            self.pool.release(r.slots[r.shared:m])
-            r.slots = torch.cat([tree_slots, r.slots[m:]])
-        r.node, r.shared = node, n
+        self.radix.insert(ids, r.slots[:n])
+        node, prefix, _ = self.radix.match(ids)
+        self._share(r, node, prefix)
         return True
 
     def _drop_cache(self):
