@@ -16,6 +16,9 @@ export interface EngineOptions {
   threads?: number;
   /** No prefix cache: every request prefills its whole input (`--disable-radix-cache`). */
   disableRadixCache?: boolean;
+  /** How decode reads the running requests' K/V: as dense rows kept up to date (`rows`, the default) or
+   * gathered from the pool's slots every step (`pool`). */
+  decodeKv?: 'rows' | 'pool';
 }
 
 export interface Engine {
@@ -36,6 +39,7 @@ export function engineArgs(options: EngineOptions & { host?: string }): string[]
   if (options.weightVersion !== undefined) args.push('--weight-version', options.weightVersion);
   if (options.threads) args.push('--threads', String(options.threads));
   if (options.disableRadixCache) args.push('--disable-radix-cache');
+  if (options.decodeKv) args.push('--decode-kv', options.decodeKv);
   return args;
 }
 

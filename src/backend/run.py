@@ -6,11 +6,34 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+def reuse_freed_memory():
+    """Keeps freed memory in the process for the next allocation of its size.
+
+    glibc hands blocks over 128 KiB back to the kernel when they are freed and maps fresh pages on
+    the next allocation; a training step or a decode step allocates and frees the same activations,
+    logits and gradients every time, so each step paid a page fault per 4 KiB of them. On a 2-core
+    VM that was two thirds of an SFT step (0.44 -> 0.14 s for 760 tokens) and 30x the sampling of a
+    decode batch. Blocks up to 32 MiB now come from the heap, and up to 1 GiB of free heap stays
+    mapped. Set MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ to choose otherwise."""
+    if any(k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+        return
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc: its own allocator decides
+        return
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    mallopt(M_MMAP_THRESHOLD, 32 << 20)
+    mallopt(M_TRIM_THRESHOLD, 1 << 30)
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] not in ("init", "train", "serve"):
         sys.stderr.write("usage: run.py init|train|serve [options]\n")
         return 2
     cmd, argv = sys.argv[1], sys.argv[2:]
+    reuse_freed_memory()
     if cmd == "init":
         from rstar_backend.init import main as run
     elif cmd == "train":

@@ -40,6 +40,14 @@ export async function run(argv: string[]): Promise<void> {
       '--disable-radix-cache',
       "prefill every request's whole input: no prefix cache (SGLang's flag of the same name)",
     )
+    .addOption(
+      choice(
+        '--decode-kv <layout>',
+        "how decode reads the running requests' K/V: rows (dense rows kept up to date, at most the KV cache's bytes again) or pool (gathered from the cache's slots every step)",
+        ['rows', 'pool'] as const,
+        'rows',
+      ),
+    )
     .option('--ready-file <file>', 'write the URL to FILE once listening (for scripts)');
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<{
@@ -53,6 +61,7 @@ export async function run(argv: string[]): Promise<void> {
     device: string;
     threads: number;
     disableRadixCache?: boolean;
+    decodeKv: 'rows' | 'pool';
     readyFile?: string;
   }>();
   if (o.port > 65535) throw new UsageError('--port: expected 0..65535');

@@ -10,6 +10,9 @@ Prefix cache (radix.py, on unless --disable-radix-cache): a request reuses the K
 of its input that the engine has already run and prefills only the rest; the n samples of one prompt
 admitted together prefill it once. Cached tokens nobody is using count as free (they are evicted,
 least recently used first, when the pool runs short); a weight update drops the cache.
+
+Decode (running_kv.py, unless --decode-kv pool): each running request's K/V is also kept as one dense
+row, filled from the pool when it joins and appended to every step, which attention reads in place.
 """
 
 import argparse
@@ -29,6 +32,7 @@ from .checkpoint import CheckpointError, load_model, read_config
 from .detok import Detokenizer
 from .model import previous_in_row, token_logprobs
 from .radix import RadixCache
+from .running_kv import DenseDecodeCache, RunningKV
 
 
 PREFILL_TOKENS = 8192  # padded prompt tokens per prefill forward: bounds the activations' memory
@@ -385,6 +389,10 @@ class Engine:
         self.context_len = min(self.cfg.max_position_embeddings, args.max_total_tokens)
         self.pool = KVPool(self.cfg, args.max_total_tokens, self.device, self.dtype)
         self.radix = None if getattr(args, "disable_radix_cache", False) else RadixCache(self.device)
+        # decode reads the running requests' K/V as dense rows (running_kv.py), in at most as many
+        # bytes as the pool; "pool" gathers them from the pool's slots each step instead
+        self.running_kv = None if getattr(args, "decode_kv", "rows") == "pool" else RunningKV(
+            self.cfg, self.device, self.dtype, self.pool.nbytes)
         self.retired = []  # caches dropped by a weight update while running requests still held nodes
         self.lock = threading.Condition()
         self.waiting = deque()
@@ -688,6 +696,12 @@ class Engine:
         return self._table
 
     def _decode(self):
+        kv = self.running_kv
+        if kv is not None:
+            longest = max(len(r.input_ids) + len(r.output) for r in self.running)
+            if kv.fits(len(self.running), longest):
+                return self._decode_rows(kv)
+            kv.clear()  # rows no step writes to go stale; requests rejoin from the pool when they fit
         rs = self.running
         table = self._slot_table(rs)
         lens = torch.tensor([len(r.input_ids) + len(r.output) for r in rs], device=self.device)  # after this step
@@ -698,6 +712,15 @@ class Engine:
         prev = table.gather(1, positions - 1)[:, 0]
         mask = torch.arange(L, device=self.device)[None, :] < lens[:, None]
         logits = self.model(ids, positions, DecodeCache(self.pool, write, table[:, :L], mask[:, None, None, :], prev))
+        self._accept_all(rs, logits[:, -1].float())
+
+    def _decode_rows(self, kv):
+        # a request's K/V so far: its input and every output token but the last (sampled, not yet run)
+        rs = kv.sync(self.running, self.pool, lambda r: len(r.input_ids) + len(r.output) - 1)
+        pos, lens = kv.advance()
+        write = self._slot_table(rs).gather(1, pos[:, None])[:, 0]
+        ids = torch.tensor([[r.output[-1]] for r in rs], dtype=torch.long, device=self.device)
+        logits = self.model(ids, pos[:, None], DenseDecodeCache(kv, self.pool, write, pos, lens))
         self._accept_all(rs, logits[:, -1].float())
 
     def _accept_all(self, rs, logits):
@@ -979,6 +1002,9 @@ def main(argv):
     p.add_argument("--weight-version", default="0", help="the label of the weights served at start")
     p.add_argument("--disable-radix-cache", action="store_true",
                    help="prefill every request's whole input (no prefix cache), as SGLang's flag")
+    p.add_argument("--decode-kv", choices=["rows", "pool"], default="rows",
+                   help="rows: decode attends the running requests' K/V as dense rows, kept up to date (at most "
+                        "the pool's bytes again); pool: gathers them from the pool's slots every step")
     args = p.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)

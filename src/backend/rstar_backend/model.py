@@ -246,6 +246,14 @@ def previous_in_row(k):
     return F.pad(k, (0, 0, 1, 0))[:, :, :k.size(2)]
 
 
+def _rows_view(t):
+    """(B, G, L, D) -> a (B * G, L, D) view without a copy, or None when the strides do not allow it."""
+    B, G, L, D = t.shape
+    if t.stride(3) != 1 or t.stride(2) != D or t.stride(0) != G * t.stride(1):
+        return None
+    return t.view(B * G, L, D)
+
+
 def attend(q, k, v, mask):
     """Softmax attention. mask: None (causal) or a bool tensor broadcastable to (B, H, Tq, Tk), True = keep."""
     if _sdpa is not None:
@@ -258,8 +266,17 @@ def attend(q, k, v, mask):
     B, H, Tq, D = q.shape
     G, Tk = k.size(1), k.size(2)
     rep = H // G
-    if (mask is not None and mask.dim() == 4 and mask.size(1) == 1 and mask.size(2) == 1
-            and k.transpose(0, 1).is_contiguous() and v.transpose(0, 1).is_contiguous()):
+    decode_mask = mask is not None and mask.dim() == 4 and mask.size(1) == 1 and mask.size(2) == 1
+    kk, vv = _rows_view(k), _rows_view(v)
+    if decode_mask and kk is not None and vv is not None:
+        # K/V as dense rows (engine-serve's running requests, (B, G) mergeable): one (B * G) batched
+        # matmul each on views, the query heads of a KV head stacked along the query axis
+        qq = q.reshape(B * G, rep * Tq, D)
+        att = torch.bmm(qq, kk.transpose(1, 2)).view(B, G, rep * Tq, Tk) * (1.0 / math.sqrt(D))
+        att = att.masked_fill(~mask, float("-inf"))
+        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
+        return torch.bmm(att.view(B * G, rep * Tq, Tk), vv).view(B, H, Tq, D)
+    if decode_mask and k.transpose(0, 1).is_contiguous() and v.transpose(0, 1).is_contiguous():
         # K/V stored KV head outermost (engine-serve's decode gathers from its pool that way): one
         # (G * B) batched matmul each, on views, with no transposing copy of the gathered cache
         kk, vv = k.transpose(0, 1).reshape(G * B, Tk, D), v.transpose(0, 1).reshape(G * B, Tk, D)
