@@ -249,11 +249,17 @@ function rssOf(pid: number): { rss_mb: number; peak_rss_mb: number } {
   return { rss_mb: kb('VmRSS') / 1024, peak_rss_mb: kb('VmHWM') / 1024 };
 }
 
-async function engineBench(python: string, model: string, concurrency: number, budget: number) {
+async function engineBench(
+  python: string,
+  model: string,
+  concurrency: number,
+  budget: number,
+  decodeKv: 'rows' | 'pool' = 'rows',
+) {
   const server = await startServer({
     name: 'engine-serve',
     command: python,
-    args: engineArgs({ model, port: 0, maxTotalTokens: budget }),
+    args: engineArgs({ model, port: 0, maxTotalTokens: budget, decodeKv }),
     env: backendEnv(),
   });
   const { url } = server;
@@ -279,6 +285,7 @@ async function engineBench(python: string, model: string, concurrency: number, b
     const maxUsed = Number(/rstar:max_used_tokens\{[^}]*\} (\S+)/.exec(metrics)?.[1]);
     return {
       concurrency,
+      decode_kv: decodeKv,
       kv_budget_tokens: budget,
       max_used_tokens: maxUsed,
       generated_tokens: tokens,
@@ -344,6 +351,13 @@ async function main(): Promise<void> {
           `(${r.kv_cache_mb.toFixed(1)} MiB), max used ${r.max_used_tokens}; peak RSS ${r.peak_rss_mb.toFixed(0)} MiB`,
       );
     }
+    // decode over the pool's slots (gathered every step) instead of dense rows, same requests
+    const pool = await engineBench(python, model, 64, 64 * (ENGINE_PROMPT + NEW_TOKENS), 'pool');
+    console.error(
+      `engine-serve 64 concurrent, --decode-kv pool: ${pool.tokens_per_s.toFixed(0)} generated tokens/s, ` +
+        `${pool.tokens_per_cpu_s.toFixed(0)} per CPU-second (rows: ${engine[1].tokens_per_s.toFixed(0)}, ` +
+        `${engine[1].tokens_per_cpu_s.toFixed(0)}): rows ${(engine[1].tokens_per_s / pool.tokens_per_s).toFixed(2)}x`,
+    );
     const turns = [];
     for (const cache of [true, false]) {
       const r = await turnsBench(python, model, cache);
@@ -364,6 +378,7 @@ async function main(): Promise<void> {
       config: sizes,
       train,
       engine,
+      decode_kv_pool: pool,
       turns,
       prefix_cache_speedup: turns[1].seconds / turns[0].seconds,
       batching_speedup: speedup,

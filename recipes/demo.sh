@@ -21,6 +21,8 @@
 #     1: off] (docs/experiments/2026-12-02-dynamic-sampling.md)
 #   RSTAR_DEMO_OVERSAMPLE [0: B problems, then refill rounds; 1: a step's first round already samples
 #     B / r problems, r the last step's share of mixed groups (rollout --oversample; no faster here)]
+#   RSTAR_DEMO_REFILL [streaming: refill problems start as soon as the finished groups show a shortfall;
+#     rounds: once the round's slowest trajectory has finished] (rollout --refill)
 #   RSTAR_DEMO_STALENESS [1: one-step-off, generation of step k+1 overlaps training of step k, on one
 #     thread each (engine-serve --threads 1, train-step --threads 1); 0: strictly on-policy, each on every core]
 #   RSTAR_DEMO_ENGINES [2 one-step-off, 1 on-policy] engine-serve processes (rollout's scheduler spreads
@@ -113,7 +115,7 @@ export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE="${ENGINES[*]}" RSTAR_RL_SANDBOX
 export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
 export RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
-export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_OVERSAMPLE=${RSTAR_DEMO_OVERSAMPLE:-0} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS
+export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_OVERSAMPLE=${RSTAR_DEMO_OVERSAMPLE:-0} RSTAR_RL_REFILL=${RSTAR_DEMO_REFILL:-streaming} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS
 first=1
 last=0
 for stage in 1 2 3; do

@@ -26,6 +26,8 @@
 #                       full batch; 1: off]
 #   RSTAR_RL_OVERSAMPLE [0]  1: under dynamic sampling, a step's first round already samples B / r
 #                       problems, r the last step's share of mixed groups (rollout --oversample)
+#   RSTAR_RL_REFILL [rounds]  streaming: refill problems start as soon as the finished groups show a
+#                       shortfall, beside the trajectories still running (rollout --refill)
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
 #   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
 #   RSTAR_RL_ENGINE_THREADS [0]  of each engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
@@ -75,6 +77,8 @@ case ${RSTAR_RL_OVERSAMPLE:-0} in
   1) OVERSAMPLE=(--oversample) ;;
   *) die "RSTAR_RL_OVERSAMPLE: expected 0 or 1, got '$RSTAR_RL_OVERSAMPLE'" ;;
 esac
+REFILL=${RSTAR_RL_REFILL:-rounds}
+[[ $REFILL == rounds || $REFILL == streaming ]] || die "RSTAR_RL_REFILL: expected rounds or streaming, got '$REFILL'"
 SEED=${RSTAR_RL_SEED:-0}
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 TOKENIZER=${RSTAR_RL_TOKENIZER:-$MODEL}
@@ -136,7 +140,7 @@ step "RL steps $start..$STEPS: $BATCH problems x $N, keep $KEPT ($DOWN), $MINI m
 fifo=$OUT/.rollout.fifo
 rm -f "$fifo" && mkfifo "$fifo"
 "${RSTAR[@]}" rollout --problems "$PROBLEMS" --steps "$STEPS" --start-step "$start" --batch "$BATCH" --n "$N" \
-  --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" "${OVERSAMPLE[@]}" \
+  --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" "${OVERSAMPLE[@]}" --refill "$REFILL" \
   "${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$TOKENIZER" --chat-template "$TEMPLATE" \
   --max-tokens "$MAX_TOKENS" --max-turns "$MAX_TURNS" --temperature "$TEMPERATURE" \
   --save "$OUT/trajectories/step-{step}.jsonl" --step-stats "$OUT/rollout-steps.jsonl" >"$fifo" &

@@ -3,7 +3,7 @@ import { dirname } from 'node:path';
 import { startEngine } from '../backend/engine.js';
 import { UsageError } from '../errors.js';
 import { NdjsonWriter, openInput, openOutput, readAll, readRecords } from '../ndjson/index.js';
-import { integer, interactive, number, parse, program } from '../program.js';
+import { choice, integer, interactive, number, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
 import {
@@ -41,6 +41,7 @@ interface Flags extends SharedRolloutFlags, RunnerFlags {
   maxStaleness: number;
   dynamicSampling: number;
   oversample?: boolean;
+  refill: 'rounds' | 'streaming';
   save?: string;
   stepStats?: string;
 }
@@ -71,6 +72,7 @@ async function runSteps(problems: Problem[], options: RolloutOptions, f: Flags):
       maxStaleness: f.maxStaleness,
       dynamicSampling: f.dynamicSampling,
       oversample: f.oversample,
+      refill: f.refill,
       seed: f.seed,
       signal: stop.signal,
     })) {
@@ -147,6 +149,14 @@ export async function run(argv: string[]): Promise<void> {
     .option(
       '--oversample',
       "RL loop, --dynamic-sampling: a step's first round samples --batch / r problems, r the last step's mixed share",
+    )
+    .addOption(
+      choice(
+        '--refill <when>',
+        'RL loop, --dynamic-sampling: start refill problems once the round has finished (rounds), or as soon as the finished groups show a shortfall, beside the trajectories still running (streaming)',
+        ['rounds', 'streaming'] as const,
+        'rounds',
+      ),
     )
     .option(
       '--save <pattern>',

@@ -3,6 +3,7 @@ import type { Problem } from '../records/problem.js';
 import type { EndBatch as RecordEndBatch } from '../records/step.js';
 import type { Trajectory } from '../records/trajectory.js';
 import type { EngineClient } from './engines.js';
+import { ROLLOUT_DEFAULTS } from './options.js';
 import { type RolloutOptions, rollout } from './runner.js';
 
 /** The end_batch line rollout --steps writes after each step (the EndBatch record, stats filled). */
@@ -29,6 +30,13 @@ export interface StepOptions {
    * waits for its slowest trajectory, and a refill round's small batch leaves the engines idle.
    */
   oversample?: boolean;
+  /**
+   * When refill problems start under dynamic sampling. `rounds` (default): once every trajectory of
+   * the previous round has finished. `streaming`: as soon as the groups finished so far show that
+   * the problems under way will fall short of `batch` mixed groups, alongside the trajectories still
+   * running, so a refill does not wait for the slowest trajectory of the round before it.
+   */
+  refill?: 'rounds' | 'streaming';
   seed?: number;
   /** How often the engines' weight_version is polled while waiting (default 200 ms). */
   pollMs?: number;
@@ -121,6 +129,87 @@ const isMixed = (rewards: readonly number[]) =>
 /** An infrastructure failure, kept out of the learning signal (finish "error"). */
 const failed = (t: Trajectory) => t.finish === 'error';
 
+interface StreamingContext {
+  k: number;
+  /** Samples per problem: a group is finished when this many of its trajectories are in. */
+  n: number;
+  target: number;
+  cap: number;
+  /** The previous step's share of mixed groups, if any: the estimate until this step's groups show theirs. */
+  prior: number | undefined;
+  used: Set<string>;
+  stamp: (t: Trajectory) => Trajectory;
+  refill: (round: number, count: number) => Problem[];
+}
+
+/** Groups of the prior's weight in the estimate of the mixed share (shrinks the first few finished groups' noise). */
+const PRIOR_GROUPS = 4;
+
+/**
+ * One step's rollouts with refills started as groups finish: after each finished group, the mixed
+ * groups so far plus the problems still under way times the estimated mixed share are compared to
+ * the target, and the shortfall (at that share, up to the cap) starts at once as another round,
+ * running beside the rounds already under way. The estimate weighs this step's finished groups
+ * against the previous step's share. Returns the number of rounds started.
+ */
+async function* streamingStep(
+  first: Problem[],
+  round: (problems: Problem[], r: number) => AsyncGenerator<Trajectory>,
+  c: StreamingContext,
+): AsyncGenerator<Trajectory, number> {
+  const seen = new Map<string, { count: number; min: number; max: number }>();
+  let finished = 0;
+  let mixed = 0;
+  const running = new Map<
+    number,
+    { gen: AsyncGenerator<Trajectory>; next: Promise<IteratorResult<Trajectory>> }
+  >();
+  let rounds = 0;
+  const start = (problems: Problem[]) => {
+    rounds += 1;
+    const gen = round(problems, rounds);
+    running.set(rounds, { gen, next: gen.next() });
+  };
+  start(first);
+  try {
+    while (running.size > 0) {
+      const [r, result] = await Promise.race(
+        [...running].map(([id, entry]) => entry.next.then((res) => [id, res] as const)),
+      );
+      const entry = running.get(r)!;
+      if (result.done) {
+        running.delete(r);
+        continue;
+      }
+      entry.next = entry.gen.next();
+      const t = result.value;
+      const g = seen.get(t.problem_id) ?? { count: 0, min: Infinity, max: -Infinity };
+      g.count += 1;
+      if (!failed(t)) {
+        g.min = Math.min(g.min, t.reward);
+        g.max = Math.max(g.max, t.reward);
+      }
+      seen.set(t.problem_id, g);
+      yield c.stamp(t);
+      if (g.count !== c.n) continue;
+      finished += 1;
+      if (g.min < g.max) mixed += 1;
+      const room = c.cap - c.used.size;
+      if (room <= 0 || mixed >= c.target) continue;
+      const prior = c.prior ?? 0.5;
+      const rate = Math.max(0.1, (mixed + PRIOR_GROUPS * prior) / (finished + PRIOR_GROUPS));
+      const underway = c.used.size - finished;
+      const short = c.target - mixed - underway * rate;
+      if (short <= 0) continue;
+      const more = c.refill(rounds, Math.min(room, Math.ceil(short / rate)));
+      if (more.length > 0) start(more);
+    }
+  } finally {
+    await Promise.all([...running.values()].map((e) => e.gen.return(undefined)));
+  }
+  return rounds;
+}
+
 /**
  * The RL loop's rollout side: for each step, waits until the engines serve a recent enough policy,
  * samples the step's problems (n each), refills with more problems while too few groups are mixed
@@ -149,43 +238,58 @@ export async function* rolloutSteps(
       const own = new Set(batch.map((p) => p.id));
       batch = [...batch, ...refillProblems(problems, k, 0, Math.max(0, want - batch.length), own, seed)];
     }
-    let trajectories = 0;
-    let rounds = 0;
-    let sum = 0;
-    let scored = 0;
-    while (batch.length > 0) {
-      rounds += 1;
-      for (const p of batch) used.add(p.id);
-      for await (const t of rollout(batch, {
-        ...rolloutOptions,
-        seed: seed * 1_000_003 + k * 101 + rounds,
-        skip: undefined,
-      })) {
-        const stamped = { ...t, step: k, policy_version: String(version) } as Trajectory;
-        trajectories += 1;
-        if (!failed(t)) {
-          const list = rewards.get(t.problem_id) ?? [];
-          list.push(t.reward);
-          rewards.set(t.problem_id, list);
-          sum += t.reward;
-          scored += 1;
-        }
-        yield stamped;
+    const tally = { trajectories: 0, sum: 0, scored: 0 };
+    const stamp = (t: Trajectory): Trajectory => {
+      tally.trajectories += 1;
+      if (!failed(t)) {
+        const list = rewards.get(t.problem_id) ?? [];
+        list.push(t.reward);
+        rewards.set(t.problem_id, list);
+        tally.sum += t.reward;
+        tally.scored += 1;
       }
-      const mixed = [...rewards.values()].filter(isMixed).length;
-      const room = cap - used.size;
-      if (mixed >= options.batch || room <= 0) break;
-      // Ask for enough problems to reach the target at the mixed rate seen so far (at least 1 in 10).
-      const rate = Math.max(0.1, mixed / Math.max(1, rewards.size));
-      batch = refillProblems(
-        problems,
+      return { ...t, step: k, policy_version: String(version) } as Trajectory;
+    };
+    const round = (problemsOfRound: Problem[], r: number) => {
+      for (const p of problemsOfRound) used.add(p.id);
+      return rollout(problemsOfRound, {
+        ...rolloutOptions,
+        seed: seed * 1_000_003 + k * 101 + r,
+        skip: undefined,
+      });
+    };
+    let rounds = 0;
+    if (options.refill === 'streaming') {
+      rounds = yield* streamingStep(batch, round, {
         k,
-        rounds,
-        Math.min(room, Math.ceil((options.batch - mixed) / rate)),
+        n: rolloutOptions.n ?? ROLLOUT_DEFAULTS.n,
+        target: options.batch,
+        cap,
+        prior: mixedRate,
         used,
-        seed,
-      );
+        stamp,
+        refill: (r, count) => refillProblems(problems, k, r, count, used, seed),
+      });
+    } else {
+      while (batch.length > 0) {
+        rounds += 1;
+        for await (const t of round(batch, rounds)) yield stamp(t);
+        const mixed = [...rewards.values()].filter(isMixed).length;
+        const room = cap - used.size;
+        if (mixed >= options.batch || room <= 0) break;
+        // Ask for enough problems to reach the target at the mixed rate seen so far (at least 1 in 10).
+        const rate = Math.max(0.1, mixed / Math.max(1, rewards.size));
+        batch = refillProblems(
+          problems,
+          k,
+          rounds,
+          Math.min(room, Math.ceil((options.batch - mixed) / rate)),
+          used,
+          seed,
+        );
+      }
     }
+    const { trajectories, sum, scored } = tally;
     const mixed = [...rewards.values()].filter(isMixed).length;
     if (rewards.size > 0) mixedRate = Math.max(0.1, mixed / rewards.size);
     yield {

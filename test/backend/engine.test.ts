@@ -480,6 +480,40 @@ describe('engine-serve: the CLI command', () => {
     }
   });
 
+  test('decode over dense rows (the default) and over the pool gives the same tokens and log-probs', async () => {
+    const [rows, pool] = await Promise.all([
+      startEngine({ model: m0, maxTotalTokens: 1024, maxRunningRequests: 3 }),
+      startEngine({ model: m0, maxTotalTokens: 1024, maxRunningRequests: 3, decodeKv: 'pool' }),
+    ]);
+    try {
+      // more requests than run at once, of different lengths: rows join and leave mid-generation
+      const batch = (url: string) =>
+        post<Generated[]>(`${url}/generate`, {
+          input_ids: [
+            [1, 50, 60],
+            [1, 7, 8, 9, 10, 11, 12],
+            [1, 99],
+            [1, 20, 21, 22],
+            [1, 5],
+          ],
+          sampling_params: { max_new_tokens: 9, temperature: 1, ignore_eos: true, seed: 11 },
+          return_logprob: true,
+        });
+      const [a, b] = await Promise.all([batch(rows.url), batch(pool.url)]);
+      assert.equal(a.json.length, 5);
+      for (const [x, y] of a.json.map((g, i) => [g, b.json[i]] as const)) {
+        assert.deepEqual(x.output_ids, y.output_ids);
+        const lp = (g: Generated) => (g.meta_info.output_token_logprobs ?? []).map((t) => t[0]);
+        for (const [p, q] of lp(x).map((v, i) => [v, lp(y)[i]])) assert.ok(Math.abs(p - q) < 1e-4);
+      }
+    } finally {
+      await Promise.all([rows.close(), pool.close()]);
+    }
+    const bad = await rstar(['engine-serve', '--model', m0, '--decode-kv', 'dense']);
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /--decode-kv.*Allowed choices are rows, pool/);
+  });
+
   test('a folder that is not a checkpoint: exit 1 with the reason', async () => {
     const r = await rstar(['engine-serve', '--model', join(dir, 'nothing-here'), '--port', '0']);
     assert.equal(r.code, 1);

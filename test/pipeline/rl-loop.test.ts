@@ -294,6 +294,39 @@ describe('rollout --steps: problem draws and dynamic sampling', () => {
     assert.equal(off.stats.rounds, 1);
   });
 
+  test('--refill streaming: refills start as groups finish, reach the target within the cap, each group whole', async () => {
+    const protocol = await loadProtocol(TINY, { chatTemplate: `${ROOT}fixtures/curriculum/tiny.jinja` });
+    const set = [...problems(6, 'variant easy-'), ...problems(2, 'variant mixed-')].map((p) => ({
+      ...p,
+      prompt: `Solve 2x = 6 (${p.id}).`,
+    }));
+    const run = (dynamic: number) =>
+      collect(
+        rolloutSteps(
+          set,
+          { engines: [client], sandbox: sandbox.url, protocol, n: 2, maxTokens: 64, maxTurns: 1 },
+          { batch: 2, steps: 2, maxStaleness: 1, dynamicSampling: dynamic, refill: 'streaming', seed: 3 },
+        ),
+      );
+    const items = await run(4); // cap 8 problems: both mixed ones can be found
+    const ends = items.flatMap((item, i) => ('end_batch' in item ? [i] : []));
+    assert.equal(ends.length, 2);
+    for (const [j, at] of ends.entries()) {
+      const end = items[at] as EndBatch;
+      const step = items.slice(j === 0 ? 0 : ends[j - 1] + 1, at) as { problem_id: string; step: number }[];
+      assert.equal(end.stats.mixed_groups, 2, `step ${end.step}`);
+      assert.ok(end.stats.problems <= 8);
+      assert.equal(end.stats.trajectories, step.length);
+      assert.ok(step.every((t) => t.step === end.step));
+      const perProblem = new Map<string, number>();
+      for (const t of step) perProblem.set(t.problem_id, (perProblem.get(t.problem_id) ?? 0) + 1);
+      assert.equal(perProblem.size, end.stats.problems);
+      for (const [id, count] of perProblem) assert.equal(count, 2, `${id}: a whole group`);
+    }
+    const capped = (await run(1.5)).filter((item) => 'end_batch' in item) as EndBatch[];
+    for (const end of capped) assert.ok(end.stats.problems <= 3, `cap 3: ${end.stats.problems}`);
+  });
+
   test("--oversample: a step's first round samples batch / r problems, r the last step's mixed share", async () => {
     const protocol = await loadProtocol(TINY, { chatTemplate: `${ROOT}fixtures/curriculum/tiny.jinja` });
     const set = [...problems(6, 'variant easy-'), ...problems(2, 'variant mixed-')].map((p) => ({

@@ -305,5 +305,8 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
       undynamic.stderr,
       /--oversample samples ahead of dynamic sampling: give --dynamic-sampling X > 1/,
     );
+    const refill = await rstar([...loop, '--steps', '2', '--batch', '4', '--refill', 'eager']);
+    assert.equal(refill.code, 2);
+    assert.match(refill.stderr, /--refill.*Allowed choices are rounds, streaming/);
   });
 });
