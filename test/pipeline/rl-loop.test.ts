@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import type { Problem } from '../../src/records/problem.js';
 import { type EngineClient, engineClient } from '../../src/rollout/engines.js';
 import { loadProtocol } from '../../src/rollout/index.js';
-import { type EndBatch, rolloutSteps, stepProblems } from '../../src/rollout/steps.js';
+import { type EndBatch, rolloutSteps, type StepOptions, stepProblems } from '../../src/rollout/steps.js';
 import { startSandbox } from '../../src/sandbox/embedded.js';
 import { collect, TINY } from '../support/agent-fixtures.js';
 import { type FakeServer, startFakeSglang } from '../support/fake-sglang.js';
@@ -256,6 +256,24 @@ describe('rollout --steps: problem draws and dynamic sampling', () => {
     await sandbox?.close();
   });
 
+  /** rolloutSteps over 6 problems always answered right and 2 answered right and wrong in turn, n 2. */
+  async function mixedSteps(options: StepOptions) {
+    const protocol = await loadProtocol(TINY, { chatTemplate: `${ROOT}fixtures/curriculum/tiny.jinja` });
+    const set = [...problems(6, 'variant easy-'), ...problems(2, 'variant mixed-')].map((p) => ({
+      ...p,
+      prompt: `Solve 2x = 6 (${p.id}).`,
+    }));
+    const rolloutOptions = {
+      engines: [client],
+      sandbox: sandbox.url,
+      protocol,
+      n: 2,
+      maxTokens: 64,
+      maxTurns: 1,
+    };
+    return collect(rolloutSteps(set, rolloutOptions, options));
+  }
+
   test('each step draws the next problems of a seeded epoch order; an epoch covers the set once', () => {
     const set = problems(5);
     const drawn = [1, 2, 3].map((k) => stepProblems(set, k, 2, 7).map((p) => p.id));
@@ -265,19 +283,7 @@ describe('rollout --steps: problem draws and dynamic sampling', () => {
   });
 
   test('refills with more problems until --batch groups are mixed, up to the cap', async () => {
-    const protocol = await loadProtocol(TINY, { chatTemplate: `${ROOT}fixtures/curriculum/tiny.jinja` });
-    const set = [...problems(6, 'variant easy-'), ...problems(2, 'variant mixed-')].map((p) => ({
-      ...p,
-      prompt: `Solve 2x = 6 (${p.id}).`,
-    }));
-    const run = (dynamic: number) =>
-      collect(
-        rolloutSteps(
-          set,
-          { engines: [client], sandbox: sandbox.url, protocol, n: 2, maxTokens: 64, maxTurns: 1 },
-          { batch: 2, steps: 1, dynamicSampling: dynamic, seed: 3 },
-        ),
-      );
+    const run = (dynamic: number) => mixedSteps({ batch: 2, steps: 1, dynamicSampling: dynamic, seed: 3 });
     const full = await run(4); // cap 8 problems: every problem can be drawn, so both mixed ones are found
     const end = full.at(-1) as EndBatch;
     assert.equal(end.end_batch, true);
@@ -295,19 +301,15 @@ describe('rollout --steps: problem draws and dynamic sampling', () => {
   });
 
   test('--refill streaming: refills start as groups finish, reach the target within the cap, each group whole', async () => {
-    const protocol = await loadProtocol(TINY, { chatTemplate: `${ROOT}fixtures/curriculum/tiny.jinja` });
-    const set = [...problems(6, 'variant easy-'), ...problems(2, 'variant mixed-')].map((p) => ({
-      ...p,
-      prompt: `Solve 2x = 6 (${p.id}).`,
-    }));
     const run = (dynamic: number) =>
-      collect(
-        rolloutSteps(
-          set,
-          { engines: [client], sandbox: sandbox.url, protocol, n: 2, maxTokens: 64, maxTurns: 1 },
-          { batch: 2, steps: 2, maxStaleness: 1, dynamicSampling: dynamic, refill: 'streaming', seed: 3 },
-        ),
-      );
+      mixedSteps({
+        batch: 2,
+        steps: 2,
+        maxStaleness: 1,
+        dynamicSampling: dynamic,
+        refill: 'streaming',
+        seed: 3,
+      });
     const items = await run(4); // cap 8 problems: both mixed ones can be found
     const ends = items.flatMap((item, i) => ('end_batch' in item ? [i] : []));
     assert.equal(ends.length, 2);
