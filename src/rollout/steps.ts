@@ -135,22 +135,21 @@ interface StreamingContext {
   n: number;
   target: number;
   cap: number;
-  /** The previous step's share of mixed groups, if any: the estimate until this step's groups show theirs. */
+  /** The previous step's share of mixed groups, if any: the chance that an undecided group ends mixed. */
   prior: number | undefined;
   used: Set<string>;
   stamp: (t: Trajectory) => Trajectory;
   refill: (round: number, count: number) => Problem[];
 }
 
-/** Groups of the prior's weight in the estimate of the mixed share (shrinks the first few finished groups' noise). */
-const PRIOR_GROUPS = 4;
-
 /**
- * One step's rollouts with refills started as groups finish: after each finished group, the mixed
- * groups so far plus the problems still under way times the estimated mixed share are compared to
- * the target, and the shortfall (at that share, up to the cap) starts at once as another round,
- * running beside the rounds already under way. The estimate weighs this step's finished groups
- * against the previous step's share. Returns the number of rounds started.
+ * One step's rollouts with refills started as groups are decided. A group is decided mixed as soon as
+ * two of its trajectories differ in reward (finished or not), decided equal when all n are in and
+ * agree; the rest are undecided. After each group decided equal, the decided mixed groups plus the
+ * undecided ones times the previous step's mixed share (0.5 for the first step; at least 1 in 10) are
+ * compared to the target, and the shortfall at that share (up to the cap) starts at once as another
+ * round, beside the rounds under way. (Counting this step's finished groups instead over-sampled: the
+ * groups that finish first are the short ones, mostly all correct.) Returns the number of rounds.
  */
 async function* streamingStep(
   first: Problem[],
@@ -158,8 +157,9 @@ async function* streamingStep(
   c: StreamingContext,
 ): AsyncGenerator<Trajectory, number> {
   const seen = new Map<string, { count: number; min: number; max: number }>();
-  let finished = 0;
-  let mixed = 0;
+  let mixed = 0; // decided mixed
+  let equal = 0; // decided equal
+  const rate = Math.max(0.1, c.prior ?? 0.5);
   const running = new Map<
     number,
     { gen: AsyncGenerator<Trajectory>; next: Promise<IteratorResult<Trajectory>> }
@@ -185,21 +185,20 @@ async function* streamingStep(
       const t = result.value;
       const g = seen.get(t.problem_id) ?? { count: 0, min: Infinity, max: -Infinity };
       g.count += 1;
+      const wasMixed = g.min < g.max;
       if (!failed(t)) {
         g.min = Math.min(g.min, t.reward);
         g.max = Math.max(g.max, t.reward);
       }
       seen.set(t.problem_id, g);
       yield c.stamp(t);
-      if (g.count !== c.n) continue;
-      finished += 1;
-      if (g.min < g.max) mixed += 1;
+      if (!wasMixed && g.min < g.max) mixed += 1;
+      if (g.count !== c.n || g.min < g.max) continue;
+      equal += 1;
       const room = c.cap - c.used.size;
       if (room <= 0 || mixed >= c.target) continue;
-      const prior = c.prior ?? 0.5;
-      const rate = Math.max(0.1, (mixed + PRIOR_GROUPS * prior) / (finished + PRIOR_GROUPS));
-      const underway = c.used.size - finished;
-      const short = c.target - mixed - underway * rate;
+      const undecided = c.used.size - mixed - equal;
+      const short = c.target - mixed - undecided * rate;
       if (short <= 0) continue;
       const more = c.refill(rounds, Math.min(room, Math.ceil(short / rate)));
       if (more.length > 0) start(more);
