@@ -32,7 +32,7 @@ from .checkpoint import CheckpointError, load_model, read_config
 from .detok import Detokenizer
 from .model import previous_in_row, token_logprobs
 from .radix import RadixCache
-from .running_kv import DenseDecodeCache, RunningKV
+from .running_kv import RunningKV
 
 
 PREFILL_TOKENS = 8192  # padded prompt tokens per prefill forward: bounds the activations' memory
@@ -182,6 +182,35 @@ class DecodeCache:
         """prev: the slot of each request's previous token (a decoded token is never at position 0)."""
         _write(self.pool.k_raw, layer, self.write, k[:, :, 0].transpose(0, 1))
         return self.pool.k_raw[layer].index_select(1, self.prev).transpose(0, 1)[:, :, None]
+
+
+class DenseDecodeCache:
+    """One new token per running request: written to the pool (its slot) and to its dense row (at
+    pos); attention then reads rows[:B, :, :L] in place, keys at or after a row's length masked."""
+
+    def __init__(self, kv, pool, write, pos, lens):
+        self.kv, self.pool, self.write, self.pos = kv, pool, write, pos
+        B, L = pos.numel(), int(lens.max())
+        self.rows = torch.arange(B, device=pos.device)
+        self.B, self.L = B, L
+        self.mask = (torch.arange(L, device=pos.device)[None, :] < lens[:, None])[:, None, None, :]
+
+    def update(self, layer, k, v):
+        k1, v1 = k[:, :, 0], v[:, :, 0]  # (B, kv_heads, head_dim)
+        _write(self.pool.k, layer, self.write, k1.transpose(0, 1))
+        _write(self.pool.v, layer, self.write, v1.transpose(0, 1))
+        self.kv.k[layer][self.rows, :, self.pos] = k1.to(self.kv.dtype)
+        self.kv.v[layer][self.rows, :, self.pos] = v1.to(self.kv.dtype)
+        B, L = self.B, self.L
+        return self.kv.k[layer, :B, :, :L], self.kv.v[layer, :B, :, :L], self.mask
+
+    def previous_keys(self, layer, k):
+        """Each row's last raw key (the token before this one), then this token's becomes the last."""
+        k1 = k[:, :, 0]
+        _write(self.pool.k_raw, layer, self.write, k1.transpose(0, 1))
+        prev = self.kv.prev[layer, :self.B].clone()
+        self.kv.prev[layer, :self.B] = k1.to(self.kv.dtype)
+        return prev[:, :, None]
 
 
 class ExtendCache:

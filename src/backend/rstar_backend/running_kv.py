@@ -104,32 +104,3 @@ class RunningKV:
         pos = torch.tensor(self.lens, device=self.device)
         self.lens = [n + 1 for n in self.lens]
         return pos, pos + 1
-
-
-class DenseDecodeCache:
-    """One new token per running request: written to the pool (its slot) and to its dense row (at
-    pos); attention then reads rows[:B, :, :L] in place, keys at or after a row's length masked."""
-
-    def __init__(self, kv, pool, write, pos, lens):
-        self.kv, self.pool, self.write, self.pos = kv, pool, write, pos
-        B, L = pos.numel(), int(lens.max())
-        self.rows = torch.arange(B, device=pos.device)
-        self.B, self.L = B, L
-        self.mask = (torch.arange(L, device=pos.device)[None, :] < lens[:, None])[:, None, None, :]
-
-    def update(self, layer, k, v):
-        k1, v1 = k[:, :, 0], v[:, :, 0]  # (B, kv_heads, head_dim)
-        self.pool.k[layer].index_copy_(1, self.write, k1.transpose(0, 1).to(self.pool.k.dtype))
-        self.pool.v[layer].index_copy_(1, self.write, v1.transpose(0, 1).to(self.pool.v.dtype))
-        self.kv.k[layer][self.rows, :, self.pos] = k1.to(self.kv.dtype)
-        self.kv.v[layer][self.rows, :, self.pos] = v1.to(self.kv.dtype)
-        B, L = self.B, self.L
-        return self.kv.k[layer, :B, :, :L], self.kv.v[layer, :B, :, :L], self.mask
-
-    def previous_keys(self, layer, k):
-        """Each row's last raw key (the token before this one), then this token's becomes the last."""
-        k1 = k[:, :, 0]
-        self.pool.k_raw[layer].index_copy_(1, self.write, k1.transpose(0, 1).to(self.pool.k_raw.dtype))
-        prev = self.kv.prev[layer, :self.B].clone()
-        self.kv.prev[layer, :self.B] = k1.to(self.kv.dtype)
-        return prev[:, :, None]
