@@ -130,7 +130,6 @@ const isMixed = (rewards: readonly number[]) =>
 const failed = (t: Trajectory) => t.finish === 'error';
 
 interface StreamingContext {
-  k: number;
   /** Samples per problem: a group is finished when this many of its trajectories are in. */
   n: number;
   target: number;
@@ -260,7 +259,6 @@ export async function* rolloutSteps(
     let rounds = 0;
     if (options.refill === 'streaming') {
       rounds = yield* streamingStep(batch, round, {
-        k,
         n: rolloutOptions.n ?? ROLLOUT_DEFAULTS.n,
         target: options.batch,
         cap,
