@@ -34,7 +34,8 @@
 #     after each stage
 #   RSTAR_DEMO_TOOL_TIMEOUT [5] seconds a tool call may run (sandbox-serve --timeout), RL and evaluations
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
-#   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run),
+#   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run; RSTAR_SFT_EVAL
+#   [0 here: the SFT checkpoint is evaluated once, as eval-sft]),
 #   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_EPOCHS, RSTAR_RL_MICRO_BATCH_TOKENS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,7 +65,9 @@ started=$EPOCHREALTIME
 SFT=${RSTAR_DEMO_SFT:-$OUT/sft}
 if [[ ! -d $SFT/ckpt ]]; then
   step "SFT stage"
-  bash recipes/sft.sh "$SFT"
+  # The job evaluates the SFT checkpoint itself below (eval-sft, avg@4 through the shared engines), so
+  # the recipe's own greedy and temperature-1 passes would only repeat it (~20 s).
+  RSTAR_SFT_EVAL=${RSTAR_SFT_EVAL:-0} bash recipes/sft.sh "$SFT"
 fi
 DATA=$SFT/data
 

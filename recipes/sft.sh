@@ -23,6 +23,8 @@
 #   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [384: above the longest demonstration, ~300]  RSTAR_SFT_DATA [reuse a built data folder]
 #   RSTAR_SFT_TEMPLATE [fixtures/curriculum/tiny.jinja; `rstar2` for the release's full prompt]
 #   RSTAR_SFT_PYTHON [1: run the curriculum's code with a plain python3 instead of the sandbox]
+#   RSTAR_SFT_EVAL [1; 0: no held-out evaluation here, for a caller that evaluates the checkpoint itself,
+#   as recipes/demo.sh does; the training budget still leaves RSTAR_SFT_EVAL_RESERVE, so the SFT is the same]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=recipes/lib.sh
@@ -97,7 +99,12 @@ evaluate() { # NAME TEMPERATURE N
   mv "$OUT/eval-$name.jsonl.tmp" "$OUT/eval-$name.jsonl"
   "${RSTAR[@]}" sft-eval --name "$name" "$OUT/eval-$name.jsonl" | tee -a "$OUT/eval.jsonl"
 }
-: >"$OUT/eval.jsonl"
-evaluate greedy 0 1
-evaluate sampled 1 "$EVAL_N"
-log "done in $(awk -v a="$recipe_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')s: $OUT/metrics.jsonl, $OUT/eval.jsonl"
+if [[ ${RSTAR_SFT_EVAL:-1} == 1 ]]; then
+  : >"$OUT/eval.jsonl"
+  evaluate greedy 0 1
+  evaluate sampled 1 "$EVAL_N"
+  log "done in $(awk -v a="$recipe_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')s: $OUT/metrics.jsonl, $OUT/eval.jsonl"
+else
+  rm -f "$OUT/eval.jsonl" # an earlier run's figures would pass for this checkpoint's
+  log "done in $(awk -v a="$recipe_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')s: $OUT/metrics.jsonl (no evaluation: RSTAR_SFT_EVAL=0)"
+fi

@@ -1,17 +1,17 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { lines, ROOT } from '../support/helpers.js';
 
 /** Runs the recipe in its quick CI mode: the whole loop (data, init, resident SFT, eval) on tiny sizes. */
-function recipe(out: string): Promise<{ code: number; log: string }> {
+function recipe(out: string, env: Record<string, string> = {}): Promise<{ code: number; log: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn('bash', [`${ROOT}recipes/sft.sh`, out], {
       cwd: ROOT,
-      env: { ...process.env, RSTAR_SFT_QUICK: '1' },
+      env: { ...process.env, RSTAR_SFT_QUICK: '1', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
@@ -33,7 +33,7 @@ function recipe(out: string): Promise<{ code: number; log: string }> {
 }
 
 describe('recipes/sft.sh', () => {
-  it('runs end to end in quick CI mode: metrics per step, held-out eval greedy and sampled', async () => {
+  it('runs end to end in quick CI mode: metrics per step, held-out eval greedy and sampled, or none', async () => {
     const out = mkdtempSync(join(tmpdir(), 'rstar-sft-recipe-'));
     try {
       const { code, log } = await recipe(out);
@@ -60,6 +60,19 @@ describe('recipes/sft.sh', () => {
       }
       const config = JSON.parse(readFileSync(join(out, 'ckpt', 'config.json'), 'utf8'));
       assert.equal(config.vocab_size, 4096);
+
+      // RSTAR_SFT_EVAL=0 (the main job's setting: it evaluates the checkpoint itself) trains the same
+      // way and leaves no evaluation behind, not even an earlier run's
+      const again = join(out, 'no-eval');
+      mkdirSync(again);
+      writeFileSync(join(again, 'eval.jsonl'), '{"name":"greedy","accuracy":1}\n');
+      const skipped = await recipe(again, { RSTAR_SFT_DATA: join(out, 'data'), RSTAR_SFT_EVAL: '0' });
+      assert.equal(skipped.code, 0, skipped.log.slice(-3000));
+      assert.equal(lines(readFileSync(join(again, 'metrics.jsonl'), 'utf8')).length, 3);
+      assert.ok(existsSync(join(again, 'ckpt', 'config.json')));
+      assert.equal(existsSync(join(again, 'eval.jsonl')), false);
+      assert.doesNotMatch(skipped.log, /rollout greedy|rollout sampled/);
+      assert.match(skipped.log, /no evaluation: RSTAR_SFT_EVAL=0/);
     } finally {
       rmSync(out, { recursive: true, force: true });
     }

@@ -151,6 +151,31 @@ describe('synthetic curriculum', () => {
     assert.match(c.records[0].text, /execution time: 10\.00s/);
   });
 
+  it('runs a program that several demonstrations share once, and gives each its output', async () => {
+    const renderer = new ConversationRenderer(ctx);
+    const tasks = split('mix', { train: 10, test: 0, seed: 6 }).train;
+    // each task twice over, so every program (and every slip) has a repeat
+    const doubled = [...tasks, ...tasks];
+    const asked: number[] = [];
+    const counting: ToolRunner = {
+      run: async (calls) => {
+        asked.push(calls.length);
+        return runner.run(calls);
+      },
+      close: async () => {},
+    };
+    const options = { errorRate: 0.5, seed: 6, name: 'mix' };
+    const once = await demonstrations(tasks, runner, renderer, options);
+    const twice = await demonstrations(doubled, counting, renderer, options);
+    const distinct = new Set(doubled.map((t) => JSON.stringify([t.code, t.input]))).size;
+    assert.equal(asked[0], distinct);
+    assert.ok(asked[0] <= tasks.length);
+    for (const [i, r] of twice.records.entries()) {
+      assert.ok(r.text.endsWith(`<answer>\\boxed{${doubled[i].answer}}</answer><|im_end|>`), r.text);
+      if (i < tasks.length) assert.deepEqual(r, once.records[i]);
+    }
+  });
+
   it('each family words its problems several ways: operation and operand order come from the wording', () => {
     const tasks = Object.keys(FAMILIES).flatMap(
       (name) => split(name, { train: 200, test: 0, seed: 4 }).train,
