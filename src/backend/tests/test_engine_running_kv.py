@@ -11,6 +11,7 @@ from common import TempDirCase
 from rstar_backend import engine as E
 from rstar_backend.checkpoint import save_model
 from rstar_backend.model import Qwen3Config, Qwen3ForCausalLM
+from rstar_backend.running_kv import RunningKV
 from test_engine_dtype import CONFIG, engine_args
 from test_engine_prefix_cache import out_logprobs, request, run
 
@@ -105,6 +106,41 @@ class RunningKVCase(TempDirCase):
 
 class RunningKVSmeared(RunningKVCase):
     smear = True
+
+
+class RowsShapeTest(unittest.TestCase):
+    """The rows' shape within the budget: judged by what is needed, and with headroom, so that decode
+    does not reallocate the rows every step near the budget, nor stay on the pool path because the
+    shape held now is wider than what is needed."""
+
+    def rows(self, budget_rows, budget_len):
+        cfg = Qwen3Config.from_dict({**CONFIG, "rstar_key_smear": True})
+        kv = RunningKV(cfg, torch.device("cpu"), torch.float32, 0)
+        kv.budget = kv._bytes(budget_rows, budget_len)
+        return kv
+
+    def test_near_the_budget_a_growing_batch_is_reallocated_once(self):
+        kv = self.rows(10, 100)
+        kv._grow(10, 60)
+        kv.serials, kv.lens = list(range(10)), [60] * 10
+        buffers = {kv.k.data_ptr()}
+        for _ in range(40):  # 60 -> 100 tokens, one a step: doubling to 120 does not fit
+            self.assertTrue(kv.fits(10, max(kv.lens) + 1))
+            kv.advance()
+            buffers.add(kv.k.data_ptr())
+        self.assertEqual(max(kv.lens), 100)
+        self.assertLessEqual(len(buffers), 2, "reallocated the rows step after step")
+        self.assertLessEqual(kv._bytes(kv.cap_rows, kv.cap_len), kv.budget)
+
+    def test_a_wide_batch_then_a_long_one_still_fits(self):
+        kv = self.rows(10, 100)
+        kv._grow(20, 50)  # 20 short rows: the whole budget
+        kv.serials, kv.lens = list(range(8)), [50] * 8  # 12 of them left
+        self.assertTrue(kv.fits(8, 120))  # 8 x 120 is within 10 x 100's bytes
+        kv._grow(8, 120)
+        self.assertGreaterEqual(kv.cap_len, 120)
+        self.assertLessEqual(kv._bytes(kv.cap_rows, kv.cap_len), kv.budget)
+        self.assertFalse(kv.fits(11, 100))
 
 
 if __name__ == "__main__":
