@@ -11,7 +11,7 @@ import { ConversationRenderer } from '../sft/conversation.js';
 import { CURRICULA, demonstrations, problemOf, split } from '../sft/curriculum/index.js';
 import type { SftRecord } from '../sft/record.js';
 import { emptyStats, readSources } from '../sft/sources/index.js';
-import { embeddedRunner, pythonRunner, sandboxRunner, type ToolRunner } from '../sft/tool-runner.js';
+import { embeddedRunner, sandboxRunner, type ToolRunner, warmRunner } from '../sft/tool-runner.js';
 
 const TINY = fileURLToPath(new URL('../../../fixtures/tiny', import.meta.url));
 
@@ -32,7 +32,7 @@ interface Options {
   keepMath?: boolean;
   sandbox?: string;
   sandboxToken?: string;
-  python?: string | boolean;
+  python?: string;
 }
 
 function log(message: string): void {
@@ -45,15 +45,14 @@ async function writeAll(writer: NdjsonWriter, records: unknown[]): Promise<void>
 }
 
 async function toolRunner(opts: Options): Promise<ToolRunner> {
+  if (opts.sandbox === 'embedded') return embeddedRunner();
   if (opts.sandbox !== undefined) {
     const token = opts.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN;
     // A refused token fails here, naming the URL, before any demonstration is built.
     await new SandboxClient(opts.sandbox, { token }).checkAuth();
     return sandboxRunner(opts.sandbox, { token });
   }
-  if (opts.python !== undefined)
-    return pythonRunner(typeof opts.python === 'string' ? { python: opts.python } : {});
-  return embeddedRunner();
+  return warmRunner({ python: opts.python });
 }
 
 async function synthetic(name: string, opts: Options, renderer: ConversationRenderer): Promise<void> {
@@ -119,9 +118,15 @@ export async function run(argv: string[]): Promise<void> {
     .option('--max-tokens <n>', 'drop examples longer than this (prompt + response)', integer(1), 4096)
     .option('--skip-invalid', 'count and skip malformed lines instead of failing')
     .option('--keep-math', 'keep math-reasoning examples (dropped by default)')
-    .option('--sandbox <url>', 'synthetic: run code in this sandbox-serve (default: an embedded one)')
+    .option(
+      '--sandbox <url>',
+      "synthetic: run the programs in this sandbox-serve, or 'embedded' for one of its own (default: one warm local Python with the sandbox's cell semantics: the programs are the curriculum's own)",
+    )
     .option('--sandbox-token <token>', 'synthetic: bearer token of --sandbox (env RSTAR_SANDBOX_TOKEN)')
-    .option('--python [path]', 'synthetic: run code with a plain local Python instead of the sandbox');
+    .option(
+      '--python <path>',
+      "synthetic: the warm runner's Python (default: python3, as the sandbox resolves it)",
+    );
   if (!parse(cmd, argv)) return;
   const opts = cmd.opts<Options>();
   const files = cmd.args;

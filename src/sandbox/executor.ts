@@ -6,6 +6,8 @@ import { resolveInterpreter } from './python.js';
 
 /** The Python side lives next to the TypeScript sources (tsc does not copy it). */
 const ZYGOTE = fileURLToPath(new URL('../../../src/sandbox/zygote.py', import.meta.url));
+// How a call's code runs (cell.py), prepended: the executor sees no files of ours inside bubblewrap.
+const CELL = fileURLToPath(new URL('../../../src/sandbox/cell.py', import.meta.url));
 
 /** Modules model code imports; loaded once per executor so a call does not pay for them. */
 export const PRELOAD_LIGHT = ['math', 'itertools', 'fractions', 'collections', 'functools', 're'];
@@ -181,7 +183,14 @@ export class Executor {
       path: interp.path,
     };
     // -S: no `site` (its .pth files import ~80 modules that would weigh on every fork).
-    const python = [interp.executable, '-S', '-I', '-c', readFileSync(ZYGOTE, 'utf8'), pythonLiteral(config)];
+    const python = [
+      interp.executable,
+      '-S',
+      '-I',
+      '-c',
+      `${readFileSync(CELL, 'utf8')}\n${readFileSync(ZYGOTE, 'utf8')}`,
+      pythonLiteral(config),
+    ];
     // Import directories outside the prefixes (added by .pth files) are bound read-only too.
     const roots = [...interp.prefixes];
     for (const dir of interp.path)

@@ -1,6 +1,8 @@
 # The warm executor of `rstar sandbox-serve`, started once per worker by src/sandbox/executor.ts
-# (inside bubblewrap when available) as `python -c <this file> <config>`, the config a Python
-# literal (read with ast.literal_eval: the executor does not import json).
+# (inside bubblewrap when available) as `python -c <cell.py, then this file> <config>`, the config
+# a Python literal (read with ast.literal_eval: the executor does not import json). cell.py holds
+# how a call's code runs (notebook or script, the error text, the exit status: run_cell), shared
+# with the warm runner of trusted code.
 #
 # It imports what model code uses (sympy, numpy, ...) once, then for each request forks a fresh
 # child that runs the code, so a call costs a fork instead of an interpreter start and a sympy
@@ -400,64 +402,6 @@ sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr_
 sys.argv = ['<string>']
 
 
-ZYGOTE_GLOBALS = globals()
-
-
-class CodeError(Exception):
-    """rStar2-Agent's tool template error text: `Type at line N: message\n  <line>`. The line is the
-    innermost frame of the call's own code (an error raised inside sympy names the user's line
-    that called it); a syntax error has no such frame and names its own line."""
-
-    def __init__(self, error, code):
-        lineno = None
-        tb = error.__traceback__
-        while tb is not None:
-            # This file runs as `python -c` too, so its own frames are told apart by their globals.
-            frame = tb.tb_frame
-            if frame.f_code.co_filename == '<string>' and frame.f_globals is not ZYGOTE_GLOBALS:
-                lineno = tb.tb_lineno
-            tb = tb.tb_next
-        if lineno is None and isinstance(error, SyntaxError):
-            lineno = error.lineno
-        kind, message = type(error).__name__, str(error)
-        lines = code.splitlines()
-        if lineno is not None and 0 <= lineno - 1 < len(lines):
-            super().__init__(f'{kind} at line {lineno}: {message}\n  {lines[lineno - 1]}')
-        else:
-            super().__init__(f'{kind}: {message}')
-
-
-def run_notebook(code, scope):
-    """A notebook cell: when the last statement is an expression its value is printed with repr
-    (`x = 5; x` prints 5, as Jupyter does), evaluated once; errors are one line on stderr in the
-    release template's format, and the exit status is 1. The split is made on the parsed tree,
-    so every line number is the code's own."""
-    try:
-        tree = ast.parse(code, '<string>')
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        if tree.body:
-            exec(compile(tree, '<string>', 'exec'), scope)
-        if last is not None:
-            value = eval(compile(ast.Expression(last.value), '<string>', 'eval'), scope)
-            if value is not None:
-                print(repr(value))
-    except Exception as error:
-        print(str(CodeError(error, code)), file=sys.stderr)
-        return 1
-    return 0
-
-
-def run_script(code, scope):
-    """Plain `python script.py` semantics: uncaught errors print a traceback, exit 1."""
-    try:
-        exec(compile(code, '<string>', 'exec'), scope)
-    except Exception as error:
-        tb = error.__traceback__.tb_next if error.__traceback__ else None
-        traceback.print_exception(type(error), error, tb)
-        return 1
-    return 0
-
-
 def read_request(fd):
     """The request arrives on fd 3 as `timeout deadline\nmode\ncode`, closed by EOF; EOF alone means the
     executor is shutting down or discarding this child. (Plain bytes: decoding JSON here would
@@ -516,26 +460,7 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
         # As `python -c` has it: modules the code writes to its working directory (the private
         # scratch) can be imported. The executor itself never imports from a working directory.
         sys.path.insert(0, '')
-        try:
-            if req.get('mode') == 'script':
-                status = run_script(req['code'], scope)
-            else:
-                status = run_notebook(req['code'], scope)
-        except SystemExit as exit_:
-            code = exit_.code
-            if code is None:
-                status = 0
-            elif isinstance(code, int):
-                status = code & 0xFF
-            else:
-                print(code, file=sys.stderr)
-                status = 1
-        except KeyboardInterrupt:
-            status = 130
-        try:
-            atexit._run_exitfuncs()
-        except BaseException:
-            pass
+        status = run_cell(req['code'], req.get('mode'), scope)
     except BaseException:
         try:
             traceback.print_exc()

@@ -1,7 +1,15 @@
 import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import type { Readable, Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
 import type { SubmissionResult } from '../records/sandbox.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { startSandbox } from '../sandbox/embedded.js';
+import { firstChars, type RawResult } from '../sandbox/executor.js';
+import { resolveInterpreter } from '../sandbox/python.js';
+import { toResult } from '../sandbox/result.js';
+
+const WARM = fileURLToPath(new URL('../../../src/sandbox/warm.py', import.meta.url));
 
 /** One call of `python_code_with_standard_io`. */
 export interface CodeCall {
@@ -41,66 +49,75 @@ export async function embeddedRunner(): Promise<ToolRunner> {
 }
 
 /**
- * Without isolation, for machines with no sandbox: executes calls with a local Python, `concurrency` at a time, each with a wall-clock limit. The
- * result has the sandbox's result fields, so the text comes from the same formatter rollout uses.
+ * Trusted code (the curriculum's own programs, never a model's) run in one warm Python
+ * (src/sandbox/warm.py) with the sandbox's cell semantics (src/sandbox/cell.py, the same file the
+ * sandbox's executor runs) and its result rules (`toResult`), so each call's result is the one
+ * sandbox-serve gives the same program, cost aside. No fork per call and no isolation: on VMs where
+ * a fork costs ~20 ms of CPU the embedded sandbox spends a minute on the curriculum.
  */
-export function pythonRunner(options: { python?: string; timeoutMs?: number; concurrency?: number } = {}) {
-  const python = options.python ?? process.env.RSTAR_PYTHON ?? 'python3';
-  const timeoutMs = options.timeoutMs ?? 10_000;
-  const concurrency = options.concurrency ?? 2;
+export function warmRunner(
+  options: { python?: string; timeout?: number; outputChars?: number } = {},
+): ToolRunner {
+  const python = options.python ?? resolveInterpreter().executable;
+  const timeout = options.timeout ?? 10;
+  const outputChars = options.outputChars ?? 1000;
+  const keep = outputChars * 4 + 4; // bytes enough for outputChars characters (as the executor keeps)
+  const child = spawn(python, ['-I', WARM], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+  const pending: { resolve: (r: RawResult) => void; reject: (e: Error) => void }[] = [];
+  let log = '';
+  let ended: Error | undefined;
+  const fail = (error: Error) => {
+    ended ??= error;
+    for (const p of pending.splice(0)) p.reject(ended);
+  };
+  child.stderr?.setEncoding('utf8').on('data', (d: string) => {
+    log = (log + d).slice(-2000);
+  });
+  child.on('error', (error) =>
+    fail(new Error(`warm runner: cannot run Python '${python}': ${error.message}`)),
+  );
+  child.on('close', (code, signal) =>
+    fail(new Error(`warm runner exited (${signal ?? code})${log ? `: ${log.trim()}` : ''}`)),
+  );
+  const requests = child.stdio[3] as Writable;
+  requests.on('error', () => {}); // a dead runner is reported by 'close'
+  const answers = createInterface({ input: child.stdio[4] as Readable });
+  answers.on('line', (line) => {
+    const waiting = pending.shift();
+    if (!waiting) return;
+    const a = JSON.parse(line) as {
+      exit: number;
+      cost: number;
+      timed_out: boolean;
+      stdout: string;
+      stderr: string;
+    };
+    waiting.resolve({
+      exit: a.exit,
+      cost: a.cost,
+      timed_out: a.timed_out,
+      output_exceeded: false,
+      stdout: firstChars(Buffer.from(a.stdout, 'base64'), outputChars),
+      stderr: firstChars(Buffer.from(a.stderr, 'base64'), outputChars),
+    });
+  });
 
   function one(call: CodeCall): Promise<SubmissionResult> {
-    return new Promise((resolve, reject) => {
-      const started = performance.now();
-      const child = spawn(python, ['-I', '-c', call.code], { stdio: ['pipe', 'pipe', 'pipe'] });
-      let stdout = '';
-      let stderr = '';
-      let timedOut = false;
-      const timer = setTimeout(() => {
-        timedOut = true;
-        child.kill('SIGKILL');
-      }, timeoutMs);
-      child.stdout.setEncoding('utf8').on('data', (d) => {
-        stdout += d;
-      });
-      child.stderr.setEncoding('utf8').on('data', (d) => {
-        stderr += d;
-      });
-      child.stdin.on('error', () => {});
-      child.stdin.end(call.input);
-      child.on('error', (error) => {
-        clearTimeout(timer);
-        reject(error);
-      });
-      child.on('close', (code) => {
-        clearTimeout(timer);
-        const ok = code === 0 && !timedOut;
-        resolve({
-          success: ok,
-          run_success: ok,
-          cost: (performance.now() - started) / 1000,
-          reason: timedOut ? 'worker_timeout' : ok ? '' : 'runtime_error',
-          stdout,
-          stderr,
-        });
-      });
-    });
+    if (ended) return Promise.reject(ended);
+    const raw = new Promise<RawResult>((resolve, reject) => pending.push({ resolve, reject }));
+    requests.write(`${JSON.stringify({ code: call.code, input: call.input, timeout, keep })}\n`);
+    return raw.then((r) =>
+      toResult({ type: 'python', solution: call.code, input: call.input }, r, outputChars),
+    );
   }
 
-  const runner: ToolRunner = {
-    async run(calls) {
-      const out: SubmissionResult[] = new Array(calls.length);
-      let next = 0;
-      const worker = async () => {
-        while (next < calls.length) {
-          const i = next++;
-          out[i] = await one(calls[i]);
-        }
-      };
-      await Promise.all(Array.from({ length: Math.min(concurrency, calls.length) }, worker));
-      return out;
+  return {
+    run: (calls) => Promise.all(calls.map(one)),
+    async close() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const closed = new Promise((resolve) => child.once('close', resolve));
+      requests.end();
+      await closed;
     },
-    async close() {},
   };
-  return runner;
 }
