@@ -22,7 +22,8 @@
 #   a faster machine stops there instead of training past the accuracy band; 0 = no limit]  RSTAR_SFT_CKPT_EVERY [500]  RSTAR_SFT_EVAL_N [2: samples per
 #   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [384: above the longest demonstration, ~300]  RSTAR_SFT_DATA [reuse a built data folder]
 #   RSTAR_SFT_TEMPLATE [fixtures/curriculum/tiny.jinja; `rstar2` for the release's full prompt]
-#   RSTAR_SFT_PYTHON [1: run the curriculum's code with a plain python3 instead of the sandbox]
+#   RSTAR_SFT_SANDBOX [unset: the curriculum's own programs run in one warm python3 with the sandbox's cell
+#                     semantics (sft-data's default); embedded, or a sandbox-serve URL: in the sandbox]
 #   RSTAR_SFT_EVAL [1; 0: no held-out evaluation here, for a caller that evaluates the checkpoint itself,
 #   as recipes/demo.sh does; the training budget still leaves RSTAR_SFT_EVAL_RESERVE, so the SFT is the same]
 set -euo pipefail
@@ -65,7 +66,7 @@ RSTAR=(node bin/rstar.js)
 DATA=${RSTAR_SFT_DATA:-$OUT/data}
 if [[ ! -s $DATA/sft.jsonl ]]; then
   runner=()
-  [[ ${RSTAR_SFT_PYTHON:-0} == 1 ]] && runner=(--python)
+  [[ -n ${RSTAR_SFT_SANDBOX:-} ]] && runner=(--sandbox "$RSTAR_SFT_SANDBOX")
   step "sft-data --synthetic $CURRICULUM --train $TRAIN --test $TEST"
   "${RSTAR[@]}" sft-data --synthetic "$CURRICULUM" --train "$TRAIN" --test "$TEST" --seed "$SEED" \
     "${runner[@]}" --chat-template "$TEMPLATE" --out "$DATA"

@@ -44,8 +44,9 @@ def redirect(fd, data=b''):
     if data:
         os.write(memfd, data)
         os.lseek(memfd, 0, os.SEEK_SET)
-    os.dup2(memfd, fd)
-    os.close(memfd)
+    if memfd != fd:  # a call that closed fd 0-2 (open(0) does) frees it for the memfd itself
+        os.dup2(memfd, fd)
+        os.close(memfd)
 
 
 def captured(fd, keep):

@@ -36,8 +36,8 @@ export function sandboxRunner(url: string, options: { token?: string } = {}): To
 }
 
 /** An embedded `sandbox-serve` child process, closed with the runner. */
-export async function embeddedRunner(): Promise<ToolRunner> {
-  const sandbox = await startSandbox();
+export async function embeddedRunner(options: { timeoutS?: number } = {}): Promise<ToolRunner> {
+  const sandbox = await startSandbox(options);
   const runner = sandboxRunner(sandbox.url);
   return {
     run: runner.run,
