@@ -104,8 +104,9 @@ if [[ ${RSTAR_SFT_EVAL:-1} == 1 ]]; then
   : >"$OUT/eval.jsonl"
   evaluate greedy 0 1
   evaluate sampled 1 "$EVAL_N"
-  log "done in $(awk -v a="$recipe_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')s: $OUT/metrics.jsonl, $OUT/eval.jsonl"
+  wrote="$OUT/metrics.jsonl, $OUT/eval.jsonl"
 else
   rm -f "$OUT/eval.jsonl" # an earlier run's figures would pass for this checkpoint's
-  log "done in $(awk -v a="$recipe_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')s: $OUT/metrics.jsonl (no evaluation: RSTAR_SFT_EVAL=0)"
+  wrote="$OUT/metrics.jsonl (no evaluation: RSTAR_SFT_EVAL=0)"
 fi
+log "done in $(awk -v a="$recipe_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')s: $wrote"
