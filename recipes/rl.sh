@@ -28,6 +28,8 @@
 #                       problems, r the last step's share of mixed groups (rollout --oversample)
 #   RSTAR_RL_REFILL [rounds]  streaming: refill problems start as soon as the finished groups show a
 #                       shortfall, beside the trajectories still running (rollout --refill)
+#   RSTAR_RL_TOOL_CACHE [group]  a problem's samples share the result of an identical deterministic tool
+#                       call (rollout --tool-cache; 73% of the main job's calls; off: every call runs)
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
 #   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
 #   RSTAR_RL_ENGINE_THREADS [0]  of each engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
@@ -80,6 +82,7 @@ esac
 REFILL=${RSTAR_RL_REFILL:-rounds}
 [[ $REFILL == rounds || $REFILL == streaming ]] || die "RSTAR_RL_REFILL: expected rounds or streaming, got '$REFILL'"
 SEED=${RSTAR_RL_SEED:-0}
+TOOL_CACHE=${RSTAR_RL_TOOL_CACHE:-group}
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 TOKENIZER=${RSTAR_RL_TOKENIZER:-$MODEL}
 RSTAR=(node bin/rstar.js)
@@ -142,7 +145,7 @@ rm -f "$fifo" && mkfifo "$fifo"
 "${RSTAR[@]}" rollout --problems "$PROBLEMS" --steps "$STEPS" --start-step "$start" --batch "$BATCH" --n "$N" \
   --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" "${OVERSAMPLE[@]}" --refill "$REFILL" \
   "${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$TOKENIZER" --chat-template "$TEMPLATE" \
-  --max-tokens "$MAX_TOKENS" --max-turns "$MAX_TURNS" --temperature "$TEMPERATURE" \
+  --max-tokens "$MAX_TOKENS" --max-turns "$MAX_TURNS" --temperature "$TEMPERATURE" --tool-cache "$TOOL_CACHE" \
   --save "$OUT/trajectories/step-{step}.jsonl" --step-stats "$OUT/rollout-steps.jsonl" >"$fifo" &
 rollout_pid=$!
 trained() {

@@ -5,6 +5,7 @@ import { AgentAbort, type AgentIO, type AgentOptions, runAgent, ServiceFailure }
 import { type ProtocolContext, promptIds } from './protocol.js';
 import { type ScoreOptions, scoreTrajectory, trajectoryRecord } from './record.js';
 import type { Scheduler } from './scheduler.js';
+import type { GroupToolCache } from './tool-cache.js';
 import { generateTurn, type TurnContext } from './turns.js';
 
 /** What running one trajectory needs of the run, beyond generating its turns. */
@@ -19,12 +20,20 @@ export interface JobContext extends TurnContext {
   clock: () => number;
   /** Every sample of a problem starts from the same prompt: rendered and tokenized once. */
   promptCache: Map<string, number[]>;
+  /** `--tool-cache group`: a problem's identical deterministic tool calls run once. */
+  toolCache?: GroupToolCache;
 }
 
 /** The sandbox as the agent loop's tool runner: service failures end the trajectory, a refused token the run. */
-async function runTools(sandbox: SandboxClient, calls: Parameters<AgentIO['runTools']>[0]) {
+async function runTools(run: JobContext, problem: string, calls: Parameters<AgentIO['runTools']>[0]) {
+  const execute = (c: (typeof calls)[number]) => () =>
+    run.sandbox.run({ type: 'python', solution: c.code, input: c.input });
   try {
-    return await sandbox.runBatch(calls.map((c) => ({ type: 'python', solution: c.code, input: c.input })));
+    return await Promise.all(
+      calls.map((c) =>
+        run.toolCache ? run.toolCache.run(problem, c.code, c.input, execute(c)) : execute(c)(),
+      ),
+    );
   } catch (error) {
     if (!(error instanceof SandboxError)) throw error;
     // A refused token is the run's configuration: stop it, never show it to the model.
@@ -47,7 +56,7 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
     },
     runTools(calls) {
       run.meter.calledTools(calls.length);
-      return runTools(run.sandbox, calls);
+      return runTools(run, job.problem.id, calls);
     },
   };
   let ids = run.promptCache.get(job.problem.id);
@@ -55,7 +64,9 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
     ids = promptIds(job.problem, run.protocol);
     run.promptCache.set(job.problem.id, ids);
   }
-  const r = await runAgent(job.problem.prompt, run.protocol, io, { ...run.agent, promptIds: ids });
+  const r = await runAgent(job.problem.prompt, run.protocol, io, { ...run.agent, promptIds: ids }).finally(
+    () => run.toolCache?.finished(job.problem.id),
+  );
   run.core.forget(job.id);
   return trajectoryRecord(job, run.policy, r, scoreTrajectory(job.problem, r, run.score), timing);
 }

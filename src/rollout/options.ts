@@ -10,6 +10,7 @@ import { DEFAULT_TOOL_RESPONSE_CHARS } from '../sandbox/tool-response.js';
 import type { EngineKind } from './engines.js';
 import type { RolloutProgress } from './progress.js';
 import { POLICIES, type Policy } from './scheduler.js';
+import { TOOL_CACHE_MODES, type ToolCacheMode } from './tool-cache.js';
 
 export { POLICIES, type Policy };
 
@@ -35,10 +36,12 @@ export const ROLLOUT_DEFAULTS = {
   scrapeMs: 1000,
   timeoutSeconds: 600,
   compat: 'strict',
+  toolCache: 'off',
 } as const satisfies {
   engineKind: EngineKind;
   schedule: Policy;
   compat: Compat;
+  toolCache: ToolCacheMode;
   [key: string]: string | number;
 };
 
@@ -64,6 +67,7 @@ export interface SharedRolloutFlags {
   maxErrorShare: number;
   schedule: Policy;
   compat: Compat;
+  toolCache: ToolCacheMode;
 }
 
 /** What the flags only `rstar rollout` takes parse to: the runner's knobs eval leaves at their defaults. */
@@ -126,6 +130,12 @@ export function sharedRolloutOptions(samples: number): Option[] {
       COMPAT_MODES,
       D.compat,
     ),
+    choice(
+      '--tool-cache <mode>',
+      "group: a problem's samples share the result of an identical tool call (same code and stdin) instead of running it again; code that may print something else when rerun (randomness, clocks, the process) always runs",
+      TOOL_CACHE_MODES,
+      D.toolCache,
+    ),
   ];
 }
 
@@ -164,6 +174,7 @@ export function sharedSettings(f: SharedRolloutFlags) {
     seed: f.seed,
     schedule: f.schedule,
     compat: f.compat,
+    toolCache: f.toolCache,
   };
 }
 

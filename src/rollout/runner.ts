@@ -11,8 +11,11 @@ import { ErrorBudget, Outcomes } from './outcomes.js';
 import { ProgressMeter, type RolloutProgress } from './progress.js';
 import type { ProtocolContext } from './protocol.js';
 import type { Policy } from './scheduler.js';
+import { GroupToolCache, samplesPerProblem, type ToolCacheMode } from './tool-cache.js';
 
 export interface RolloutOptions {
+  /** `group`: a problem's identical deterministic tool calls run once (GroupToolCache); default off. */
+  toolCache?: ToolCacheMode;
   engines: EngineClient[];
   /**
    * The sandbox client (or its URL) that runs `python_code_with_standard_io`. A client made here
@@ -144,6 +147,7 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     score: { compat: options.compat, rewardTruncated: options.rewardTruncated },
     clock,
     promptCache: new Map(),
+    toolCache: options.toolCache === 'group' ? new GroupToolCache(samplesPerProblem(jobs)) : undefined,
   };
 
   health.start();

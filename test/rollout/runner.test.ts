@@ -50,6 +50,7 @@ describe('rollout options', () => {
       'maxErrorShare',
       'schedule',
       'compat',
+      'toolCache',
       'maxParallelCalls',
       'toolResponseMaxChars',
       'concurrency',

@@ -14,7 +14,7 @@ import {
   toolTurnIds,
 } from '../../src/rollout/index.js';
 import { startSandbox } from '../../src/sandbox/embedded.js';
-import { ANSWER, CALL, collect, problems, TINY } from '../support/agent-fixtures.js';
+import { ANSWER, CALL, collect, problems, TINY, toolCall } from '../support/agent-fixtures.js';
 import { type FakeServer, fakeLogprob, startFakeSglang } from '../support/fake-sglang.js';
 import { BIN, lines, ndjson, ROOT, rstar } from '../support/helpers.js';
 
@@ -88,6 +88,41 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
       ]);
       assert.ok(t.timing && t.timing.tool_ms > 0);
     }
+  });
+
+  it("--tool-cache group: a problem's identical calls run once, code that may vary every time", async () => {
+    const ran = async () => {
+      const text = await (await fetch(`${sandbox.url}/metrics`)).text();
+      return [...text.matchAll(/^rstar_sandbox_calls_total\{[^}]*\} (\d+)$/gm)].reduce(
+        (a, m) => a + Number(m[1]),
+        0,
+      );
+    };
+    const engine = await fake({
+      byPrompt: [
+        { match: 'variant 1', turns: [toolCall('import random\nprint(random.randint(3, 3))'), ANSWER] },
+      ],
+    });
+    const run = async (toolCache: 'off' | 'group') => {
+      const before = await ran();
+      const out = await collect(
+        rollout(problems(3), {
+          engines: [new SglangClient(engine.url)],
+          sandbox: sandbox.url,
+          protocol: ctx,
+          n: 4,
+          toolCache,
+        }),
+      );
+      return { out, calls: (await ran()) - before };
+    };
+    const off = await run('off');
+    const group = await run('group');
+    assert.equal(off.calls, 12);
+    // p0 and p2 share one run each; p1's program draws random numbers, so all four of its run.
+    assert.equal(group.calls, 1 + 4 + 1);
+    const texts = (r: typeof off) => r.out.map((t) => [t.id, t.text, t.reward]).sort();
+    assert.deepEqual(texts(group), texts(off));
   });
 
   it('answers a malformed tool call and stops cleanly at the token budget', async () => {
