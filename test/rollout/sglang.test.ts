@@ -121,8 +121,12 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
     assert.equal(off.calls, 12);
     // p0 and p2 share one run each; p1's program draws random numbers, so all four of its run.
     assert.equal(group.calls, 1 + 4 + 1);
-    const texts = (r: typeof off) => r.out.map((t) => [t.id, t.text, t.reward]).sort();
+    // The same trajectories but for each run's measured time; a shared result shows its run's.
+    const texts = (r: typeof off) =>
+      r.out.map((t) => [t.id, t.text.replace(/execution time: [\d.]+s/, 'T'), t.reward]).sort();
     assert.deepEqual(texts(group), texts(off));
+    const p0 = new Set(group.out.filter((t) => t.problem_id === 'p0').map((t) => t.text));
+    assert.equal(p0.size, 1);
   });
 
   it('answers a malformed tool call and stops cleanly at the token budget', async () => {
