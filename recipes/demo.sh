@@ -33,8 +33,9 @@
 #     once its stage is done, so the evaluation never shares the engine with a running stage) and
 #     after each stage
 #   RSTAR_DEMO_TOOL_TIMEOUT [5] seconds a tool call may run (sandbox-serve --timeout), RL and evaluations
-#   RSTAR_DEMO_TOOL_CACHE [group] a problem's samples share the result of an identical deterministic tool call
-#     (rollout/eval --tool-cache), RL and evaluations; off: every call runs
+#   RSTAR_DEMO_TOOL_CACHE [off] group: a problem's samples share the result of an identical deterministic tool
+#     call (rollout/eval --tool-cache), RL and evaluations: the job ~20% faster on a slow-forking VM, but two
+#     seed-0 runs gained less (docs/experiments/2026-12-04-warm-runner-tool-cache.md)
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run; RSTAR_SFT_EVAL
 #   [0 here: the SFT checkpoint is evaluated once, as eval-sft]),
@@ -93,7 +94,7 @@ start_engines "$ENGINE_PROCS" "$OUT/engine" --model "$SFT/ckpt" --weight-version
 start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --timeout "${RSTAR_DEMO_TOOL_TIMEOUT:-5}"
 SANDBOX=$SERVER_URL
 ROLLOUT=("${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
-  --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_TOOL_CACHE:-group}")
+  --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_TOOL_CACHE:-off}")
 
 # evaluate NAME CHECKPOINT VERSION N STEP: held-out avg@N of a checkpoint (kept if already done),
 # added to the curve at STEP.
@@ -118,7 +119,7 @@ evaluate sft "$SFT/ckpt" 0 "$EVAL_N" 0
 # 3. The RL stages. rl.sh resumes inside a stage; a finished stage returns at once.
 export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE="${ENGINES[*]}" RSTAR_RL_SANDBOX=$SANDBOX RSTAR_RL_TOKENIZER=$SFT/ckpt
 export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
-export RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2} RSTAR_RL_TOOL_CACHE=${RSTAR_DEMO_TOOL_CACHE:-group}
+export RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2} RSTAR_RL_TOOL_CACHE=${RSTAR_DEMO_TOOL_CACHE:-off}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
 export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_OVERSAMPLE=${RSTAR_DEMO_OVERSAMPLE:-0} RSTAR_RL_REFILL=${RSTAR_DEMO_REFILL:-streaming} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS
 first=1

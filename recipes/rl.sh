@@ -28,8 +28,9 @@
 #                       problems, r the last step's share of mixed groups (rollout --oversample)
 #   RSTAR_RL_REFILL [rounds]  streaming: refill problems start as soon as the finished groups show a
 #                       shortfall, beside the trajectories still running (rollout --refill)
-#   RSTAR_RL_TOOL_CACHE [group]  a problem's samples share the result of an identical deterministic tool
-#                       call (rollout --tool-cache; 73% of the main job's calls; off: every call runs)
+#   RSTAR_RL_TOOL_CACHE [off]  group: a problem's samples share the result of an identical deterministic
+#                       tool call (rollout --tool-cache; 73% of the main job's calls; the RL stages ~20% faster
+#                       on a slow-forking VM, but two seed-0 runs gained less: docs/experiments/2026-12-04-warm-runner-tool-cache.md)
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
 #   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
 #   RSTAR_RL_ENGINE_THREADS [0]  of each engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
@@ -82,7 +83,7 @@ esac
 REFILL=${RSTAR_RL_REFILL:-rounds}
 [[ $REFILL == rounds || $REFILL == streaming ]] || die "RSTAR_RL_REFILL: expected rounds or streaming, got '$REFILL'"
 SEED=${RSTAR_RL_SEED:-0}
-TOOL_CACHE=${RSTAR_RL_TOOL_CACHE:-group}
+TOOL_CACHE=${RSTAR_RL_TOOL_CACHE:-off}
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 TOKENIZER=${RSTAR_RL_TOKENIZER:-$MODEL}
 RSTAR=(node bin/rstar.js)
