@@ -36,8 +36,8 @@ export function deterministic(code: string): boolean {
  */
 export class GroupToolCache {
   #groups = new Map<string, { left: number; calls: Map<string, Promise<SubmissionResult>> }>();
+  /** Calls answered from an earlier identical call of their group. */
   hits = 0;
-  runs = 0;
 
   /** `samples`: how many trajectories of each problem this run will finish. */
   constructor(samples: Map<string, number>) {
@@ -46,17 +46,13 @@ export class GroupToolCache {
 
   run(problem: string, code: string, input: string, execute: () => Promise<SubmissionResult>) {
     const group = this.#groups.get(problem);
-    if (group === undefined || !deterministic(code)) {
-      this.runs += 1;
-      return execute();
-    }
+    if (group === undefined || !deterministic(code)) return execute();
     const key = JSON.stringify([code, input]);
     const known = group.calls.get(key);
     if (known !== undefined) {
       this.hits += 1;
       return known;
     }
-    this.runs += 1;
     const running = execute();
     group.calls.set(key, running);
     running.catch(() => {
