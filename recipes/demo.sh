@@ -33,9 +33,12 @@
 #     once its stage is done, so the evaluation never shares the engine with a running stage) and
 #     after each stage
 #   RSTAR_DEMO_TOOL_TIMEOUT [5] seconds a tool call may run (sandbox-serve --timeout), RL and evaluations
-#   RSTAR_DEMO_TOOL_CACHE [off] group: a problem's samples share the result of an identical deterministic tool
-#     call (rollout/eval --tool-cache), RL and evaluations: the job ~20% faster on a slow-forking VM, but two
+#   RSTAR_DEMO_TOOL_CACHE [off] group: in the RL stages, a problem's samples share the result of an identical
+#     deterministic tool call (rollout --tool-cache): the RL stages ~20% faster on a slow-forking VM, but two
 #     seed-0 runs gained less (docs/experiments/2026-12-04-warm-runner-tool-cache.md)
+#   RSTAR_DEMO_EVAL_TOOL_CACHE [group] the same for the held-out evaluations (eval --tool-cache): they train
+#     nothing, and on seed 2's SFT checkpoint avg@4, pass@k, tool errors and format violations came out
+#     equal to `off`'s, ~20% faster
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run; RSTAR_SFT_EVAL
 #   [0 here: the SFT checkpoint is evaluated once, as eval-sft]),
@@ -94,7 +97,7 @@ start_engines "$ENGINE_PROCS" "$OUT/engine" --model "$SFT/ckpt" --weight-version
 start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --timeout "${RSTAR_DEMO_TOOL_TIMEOUT:-5}"
 SANDBOX=$SERVER_URL
 ROLLOUT=("${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
-  --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_TOOL_CACHE:-off}")
+  --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}")
 
 # evaluate NAME CHECKPOINT VERSION N STEP: held-out avg@N of a checkpoint (kept if already done),
 # added to the curve at STEP.

@@ -52,6 +52,8 @@ export const EndBatch = z.looseObject({
       mixed_groups: z.int().nonnegative(),
       rounds: z.int().nonnegative(),
       policy_version: z.int().nonnegative(),
+      /** Generated turns by the weight_version they finished under (trajectories' turn_versions). */
+      turns_by_version: z.record(z.string(), z.int().nonnegative()).optional(),
       wait_seconds: z.number().nonnegative(),
       seconds: z.number().nonnegative(),
     })

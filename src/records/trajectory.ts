@@ -72,6 +72,12 @@ export const Trajectory = z
     step: count.optional(),
     /** rollout --steps: the engines' weight_version (the policy's step) when its step started. */
     policy_version: z.string().optional(),
+    /**
+     * The weight_version each generated turn finished under, as the engine reported it (SGLang and
+     * engine-serve do; vLLM does not, and then this is absent). Under one-step-off the engines load
+     * a newer policy while a step is generated, so later turns may carry a later version.
+     */
+    turn_versions: z.array(z.string()).optional(),
     /** Present when `finish` is `error`: which service failed and how. */
     error: TrajectoryError.optional(),
   })
@@ -82,6 +88,13 @@ export const Trajectory = z
         code: 'custom',
         path: ['loss_mask'],
         message: `length ${t.loss_mask.length} differs from response_ids length ${n}`,
+      });
+    }
+    if (t.turn_versions !== undefined && t.turn_versions.length !== t.turns) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['turn_versions'],
+        message: `${t.turn_versions.length} versions for ${t.turns} turns`,
       });
     }
     if (t.logprobs.length !== n) {

@@ -11,6 +11,8 @@ export interface Generation {
   logprobs: number[];
   /** `length` when the engine stopped at max_new_tokens. */
   finishReason: 'stop' | 'length' | 'abort';
+  /** The engine's weight_version when the turn finished (SGLang's meta_info), if it labels its weights. */
+  weightVersion?: string;
 }
 
 /** The two effects of the agent loop; rollout gives engines and the sandbox, SFT a script. */

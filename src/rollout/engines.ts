@@ -145,6 +145,7 @@ export class SglangClient implements EngineClient {
       meta_info?: {
         output_token_logprobs?: [number | null, number, unknown][];
         finish_reason?: { type?: string } | null;
+        weight_version?: unknown;
       };
     };
     const lps = out?.meta_info?.output_token_logprobs;
@@ -156,7 +157,14 @@ export class SglangClient implements EngineClient {
     const type = out.meta_info?.finish_reason?.type;
     if (type === 'abort') throw new EngineError(`${this.url}: generation aborted`);
     if (ids.length > maxNewTokens) fail(this.url, `${ids.length} tokens for max_new_tokens ${maxNewTokens}`);
-    return { ids, logprobs: lps.map((x) => x[0] ?? 0), finishReason: type === 'length' ? 'length' : 'stop' };
+    const gen: Generation = {
+      ids,
+      logprobs: lps.map((x) => x[0] ?? 0),
+      finishReason: type === 'length' ? 'length' : 'stop',
+    };
+    const version = out.meta_info?.weight_version;
+    if (typeof version === 'string') gen.weightVersion = version;
+    return gen;
   }
 
   async capacity(): Promise<Capacity | undefined> {

@@ -45,6 +45,9 @@ async function runTools(run: JobContext, problem: string, calls: Parameters<Agen
 /** Runs one job through the agent loop, its turns through the scheduler, and returns its scored record. */
 export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
   const timing = { queuedMs: 0, generateMs: 0 };
+  // Under one-step-off the engines may load newer weights while a trajectory is under way, so the
+  // policy that generated it is known per turn, not per step.
+  const versions: (string | undefined)[] = [];
   const io: AgentIO = {
     async generate(context, maxNew, turn) {
       const t0 = run.clock();
@@ -52,6 +55,7 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
       timing.queuedMs += assignment.dispatchedAt - t0;
       timing.generateMs += run.clock() - assignment.dispatchedAt;
       run.meter.generated(gen.ids.length);
+      versions.push(gen.weightVersion);
       return gen;
     },
     runTools(calls) {
@@ -68,5 +72,8 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
     () => run.toolCache?.finished(job.problem.id),
   );
   run.core.forget(job.id);
-  return trajectoryRecord(job, run.policy, r, scoreTrajectory(job.problem, r, run.score), timing);
+  const record = trajectoryRecord(job, run.policy, r, scoreTrajectory(job.problem, r, run.score), timing);
+  if (versions.length > 0 && versions.every((v) => v !== undefined))
+    record.turn_versions = versions as string[];
+  return record;
 }

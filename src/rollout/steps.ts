@@ -237,8 +237,10 @@ export async function* rolloutSteps(
       batch = [...batch, ...refillProblems(problems, k, 0, Math.max(0, want - batch.length), own, seed)];
     }
     const tally = { trajectories: 0, sum: 0, scored: 0 };
+    const turnsByVersion: Record<string, number> = {};
     const stamp = (t: Trajectory): Trajectory => {
       tally.trajectories += 1;
+      for (const v of t.turn_versions ?? []) turnsByVersion[v] = (turnsByVersion[v] ?? 0) + 1;
       if (!failed(t)) {
         const list = rewards.get(t.problem_id) ?? [];
         list.push(t.reward);
@@ -300,6 +302,7 @@ export async function* rolloutSteps(
         mixed_groups: mixed,
         rounds,
         policy_version: version,
+        ...(Object.keys(turnsByVersion).length > 0 ? { turns_by_version: turnsByVersion } : {}),
         wait_seconds: Math.round(waited * 1000) / 1000,
         seconds: Math.round((Date.now() - t0) / 10) / 100,
       },

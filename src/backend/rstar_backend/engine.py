@@ -274,7 +274,7 @@ class Request:
         self.done = threading.Event()
         self.created = time.time()
         self.first_token_time = None
-        self.weight_version = None  # the engine's, when the request is prefilled
+        self.weight_version = None  # the engine's when the request finished (SGLang reports it at output time)
         # prefix cache: slots[:shared] are the tree's (locked at node of tree until the request
         # finishes), the rest the request's own; cached_tokens: the prefix it did not prefill
         self.tree = None
@@ -658,8 +658,6 @@ class Engine:
 
     def _prefill_chunk(self, rs):
         """Row i runs input tokens c_i..P_i-1 (c_i: its cached prefix) at their positions."""
-        for r in rs:
-            r.weight_version = self.weight_version
         B = len(rs)
         lens = [len(r.input_ids) for r in rs]
         cs = [r.shared for r in rs]
@@ -787,6 +785,7 @@ class Engine:
     def _finish(self, r, reason, text=None, cache=True):
         """cache=False: r's K/V may be incomplete (a failed batch); nothing of it goes into the cache."""
         r.finish = reason
+        r.weight_version = self.weight_version
         r.text = text if text is not None else self.detok.decode(r.output, r.skip_special)
         if r.slots is not None:
             with self.lock:  # HTTP threads read the pool's counts
