@@ -12,7 +12,7 @@
 #   bash recipes/demo.sh [OUT]     # OUT defaults to runs/demo; rerunning resumes where it stopped
 #
 # Sizes come from environment variables (defaults in brackets):
-#   RSTAR_DEMO_STAGES ["40 40 20"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["256 384 384"] their budgets
+#   RSTAR_DEMO_STAGES ["44 44 22"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["256 384 384"] their budgets
 #   RSTAR_DEMO_PROBLEMS [16] problems per step   RSTAR_DEMO_KEEP [4] G (2G rollouts per problem)
 #   RSTAR_DEMO_LR ["3e-4 3e-4 1e-4"] the learning rates of stages 1, 2, 3 (one value: all three);
 #     stage 3, on the hard subset, drifted at 3e-4 (docs/experiments/2026-12-03-stage-3-lr.md)
@@ -33,9 +33,10 @@
 #     once its stage is done, so the evaluation never shares the engine with a running stage) and
 #     after each stage
 #   RSTAR_DEMO_TOOL_TIMEOUT [5] seconds a tool call may run (sandbox-serve --timeout), RL and evaluations
-#   RSTAR_DEMO_TOOL_CACHE [off] group: in the RL stages, a problem's samples share the result of an identical
-#     deterministic tool call (rollout --tool-cache): the RL stages ~20% faster on a slow-forking VM, but two
-#     seed-0 runs gained less (docs/experiments/2026-12-04-warm-runner-tool-cache.md)
+#   RSTAR_DEMO_TOOL_CACHE [group] in the RL stages, a problem's samples share the result of an identical
+#     deterministic tool call (rollout --tool-cache; off: every call runs): ~73% of the calls are such
+#     repeats, and the RL stages run ~30% faster on a slow-forking VM with the same share of turns under
+#     the newer policy and a three-seed gain as large (docs/experiments/2026-12-04-turn-versions-tool-cache.md)
 #   RSTAR_DEMO_EVAL_TOOL_CACHE [group] the same for the held-out evaluations (eval --tool-cache): they train
 #     nothing, and on seed 2's SFT checkpoint avg@4, pass@k, tool errors and format violations came out
 #     equal to `off`'s, ~20% faster
@@ -51,7 +52,7 @@ source recipes/lib.sh
 source recipes/servers.sh
 
 OUT=${1:-runs/demo}
-read -r -a STAGES <<<"${RSTAR_DEMO_STAGES:-40 40 20}"
+read -r -a STAGES <<<"${RSTAR_DEMO_STAGES:-44 44 22}"
 read -r -a TOKENS <<<"${RSTAR_DEMO_TOKENS:-256 384 384}"
 ((${#STAGES[@]} == 3 && ${#TOKENS[@]} == 3)) || die "RSTAR_DEMO_STAGES and RSTAR_DEMO_TOKENS take three numbers each"
 read -r -a LRS <<<"${RSTAR_DEMO_LR:-3e-4 3e-4 1e-4}"
@@ -122,7 +123,7 @@ evaluate sft "$SFT/ckpt" 0 "$EVAL_N" 0
 # 3. The RL stages. rl.sh resumes inside a stage; a finished stage returns at once.
 export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE="${ENGINES[*]}" RSTAR_RL_SANDBOX=$SANDBOX RSTAR_RL_TOKENIZER=$SFT/ckpt
 export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
-export RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2} RSTAR_RL_TOOL_CACHE=${RSTAR_DEMO_TOOL_CACHE:-off}
+export RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2} RSTAR_RL_TOOL_CACHE=${RSTAR_DEMO_TOOL_CACHE:-group}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
 export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_OVERSAMPLE=${RSTAR_DEMO_OVERSAMPLE:-0} RSTAR_RL_REFILL=${RSTAR_DEMO_REFILL:-streaming} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS
 first=1

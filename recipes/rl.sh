@@ -29,8 +29,9 @@
 #   RSTAR_RL_REFILL [rounds]  streaming: refill problems start as soon as the finished groups show a
 #                       shortfall, beside the trajectories still running (rollout --refill)
 #   RSTAR_RL_TOOL_CACHE [off]  group: a problem's samples share the result of an identical deterministic
-#                       tool call (rollout --tool-cache; 73% of the main job's calls; the RL stages ~20% faster
-#                       on a slow-forking VM, but two seed-0 runs gained less: docs/experiments/2026-12-04-warm-runner-tool-cache.md)
+#                       tool call (rollout --tool-cache; 73% of the main job's calls, which sets it: the RL
+#                       stages ~30% faster on a slow-forking VM, the same gain over three seeds:
+#                       docs/experiments/2026-12-04-turn-versions-tool-cache.md)
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
 #   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
 #   RSTAR_RL_ENGINE_THREADS [0]  of each engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
