@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """The one-shot GPU check: run it once on a new GPU machine (CUDA or ROCm), read its records.
 
-    python bench/gpu-check.py            # on one GPU, torch 2.x (and transformers, if installed); <= 8 min
+    HF_HUB_OFFLINE=1 python bench/gpu-check.py --budget 420 --out gpu-check-out   # a first run on a GPU box
     python bench/gpu-check.py --cpu      # what runs without a GPU, in well under a minute (the test suite)
     python bench/gpu-check.py --only engine,ddp --tolerance engine_mean=0.02
 
 Needs only Python and torch (no Node: GPU machines may lack it). Prints one NDJSON record per check,
-{"check", "ok", "skipped"?, "reason"?, figures...}, then {"summary": true, ...}; exits 1 when a check
-failed, 2 on bad usage (e.g. no GPU visible without --cpu). The checks:
+{"check", "ok", "skipped"?, "reason"?, figures...}, then {"summary": true, ...} as the LAST line of stdout;
+exits 1 when a check failed, 2 on bad usage (e.g. no GPU visible without --cpu). With --out DIR (default
+$OUT when set) the records also go to DIR/gpu-check.jsonl as they are made, and each check's log
+(tracebacks, each distributed rank's stderr) to DIR/<check>.log, so nothing is lost to a runner that
+keeps only the tail of the output. No wait is unbounded: each distributed launch is capped
+(--launch-timeout, default 120 s), its process group times out within that, an engine request has a
+deadline, and a dead engine thread is a failed check with its reason. The checks:
 
   environment   what `rstar doctor` prints (torch build, devices, bf16, collective, SDPA, FSDP, BLAS)
   hf-reference  our model.py vs transformers' Qwen3ForCausalLM on one random-weight checkpoint written by
@@ -20,7 +25,10 @@ failed, 2 on bad usage (e.g. no GPU visible without --cpu). The checks:
                 trainer-engine log-prob mismatch on the sampled sequences
   ddp           train-step with 2 processes (today's data parallel) vs 1 process: same weights
   shard         the same with FSDP sharding (skipped until train-step has --shard); 2 GPUs with nccl,
-                else 2 CPU processes with gloo
+                else 2 CPU processes with gloo (then NCCL and FSDP2 on a GPU are NOT checked by these two:
+                their records say so)
+  shard-gpu     one rank, on the GPU: an FSDP2 fully_shard training step with NCCL (the sharded code path
+                and its collectives on one device) against the unsharded step on the same device
 
 Every coupling to train.py (which is changing) sits in the adapter section right below.
 """
@@ -126,9 +134,36 @@ SIZES = {  # per mode: sequence lengths, batch sizes, steps, generated tokens
 }
 
 
+RECORDS = []  # files the records are also appended to (--out DIR/gpu-check.jsonl)
+
+
 def emit(record):
-    sys.stdout.write(json.dumps(record) + "\n")
+    line = json.dumps(record) + "\n"
+    sys.stdout.write(line)
     sys.stdout.flush()
+    for path in RECORDS:  # appended and closed per record: a kill later loses nothing written
+        with open(path, "a") as f:
+            f.write(line)
+
+
+class Tee:
+    """stderr to the console and to one check's log file."""
+
+    def __init__(self, stream, path):
+        self.stream, self.file = stream, open(path, "a")
+
+    def write(self, text):
+        self.stream.write(text)
+        self.file.write(text)
+        self.file.flush()
+        return len(text)
+
+    def flush(self):
+        self.stream.flush()
+        self.file.flush()
+
+    def close(self):
+        self.file.close()
 
 
 def r6(x):
@@ -270,15 +305,18 @@ def check_engine(ctx):
                     for i, p in enumerate(prompts[:batch])]
             t0 = time.perf_counter()
             eng.submit(reqs)
-            for r in reqs:
-                r.done.wait()
+            for r in reqs:  # every wait has a deadline: a hung engine is a failed check, not a hung run
+                left = max(1.0, min(ctx.deadline + 60, time.monotonic() + ENGINE_WAIT) - time.monotonic())
+                if not r.done.wait(left):
+                    why = getattr(eng, "dead", None) or "the engine neither finished nor failed it"
+                    raise RuntimeError(f"engine request {r.rid} not done after {left:.0f} s: {why}")
             return reqs, time.perf_counter() - t0
 
         run(4, 8)  # warm-up: allocator, kernels
         one, t1 = run(1, S["gen"], 2)
         many, t64 = run(64, S["gen"], 3, logprobs=True)
         for r in one + many:
-            if r.finish["type"] != "length":
+            if r.finish["type"] != "length":  # an abort carries the reason (e.g. the scheduler died)
                 return {"ok": False, "reason": f"request {r.rid} finished with {r.finish}"}
         records = [{"prompt_ids": r.input_ids, "response_ids": r.output, "loss_mask": [1] * len(r.output)}
                    for r in many]
@@ -329,7 +367,7 @@ def check_distributed(ctx, name, settings):
     for world in (1, 2):
         out = ctx.path(f"{name}-w{world}")
         argv = train_cli(m0, out, device, **(settings if world > 1 else {}))
-        runs[world] = (_launch(argv, data, world, ctx.deadline), out)
+        runs[world] = (_launch(ctx, f"{name}-w{world}", argv, data, world), out)
     (steps1, out1), (steps2, out2) = runs[1], runs[2]
     w0, w1, w2 = (load_model(p).state_dict() for p in (m0, out1, out2))
     update = max(float((w1[k] - w0[k]).abs().max()) for k in w0)
@@ -337,7 +375,12 @@ def check_distributed(ctx, name, settings):
     loss_diff = max(abs(a["loss"] - b["loss"]) / max(abs(a["loss"]), 1e-12) for a, b in zip(steps1, steps2))
     ok = len(steps1) == len(steps2) == 2 and steps2[0].get("world_size") == 2 and update > 0 and \
         diff <= ctx.tol["dist_weights"] * update and loss_diff <= ctx.tol["dist_loss"]
-    return {"ok": ok, "processes": 2, "device": "cuda" if two_gpus else "cpu",
+    extra = {}
+    if not two_gpus and ctx.device.type == "cuda":
+        extra = {"gpu_collectives_checked": False,
+                 "note": "one GPU: two CPU ranks on gloo; NCCL across GPUs and multi-rank FSDP2 on GPUs are "
+                         "not checked here (shard-gpu checks FSDP2 + NCCL on one rank)"}
+    return {"ok": ok, "processes": 2, "device": "cuda" if two_gpus else "cpu", **extra,
             "backend": "nccl" if two_gpus else "gloo", "settings": settings, "max_update": r6(update),
             "max_weight_diff": r6(diff), "loss_rel_diff": r6(loss_diff),
             "losses": [[r6(s["loss"]) for s in steps1], [r6(s["loss"]) for s in steps2]]}
@@ -349,51 +392,117 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _launch(argv, data, world, deadline):
+def _launch(ctx, tag, argv, data, world, extra_env=None):
     """Runs `world` ranks as torchrun would set them up (torchrun itself fails on Debian's torch 1.13
-    under Python 3.11), rank 0 reading `data` on stdin; returns rank 0's Step records."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-    if world > 1:
+    under Python 3.11), rank 0 reading `data` on stdin; returns rank 0's Step records. The launch is
+    capped at --launch-timeout (and the budget left), its process group times out well within that,
+    and each rank's stderr goes to a file (ctx.logs/<tag>-rank<R>.log): an unread pipe can fill and
+    stall a rank, and its last lines name the failure."""
+    cap = min(ctx.launch_timeout, max(10.0, ctx.deadline - time.monotonic()))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "RSTAR_DIST_TIMEOUT": str(max(10, int(cap / 2))), **(extra_env or {})}
+    if world > 1 or extra_env:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world),
-                   LOCAL_WORLD_SIZE=str(world),
-                   OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world))))
-    procs = []
+                   LOCAL_WORLD_SIZE=str(world))
+    if world > 1:
+        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
+    procs, logs = [], []
     with open(data) as stdin:
         for rank in range(world):
-            rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank)) if world > 1 else env
-            procs.append(subprocess.Popen(argv, env=rank_env, stdin=stdin if rank == 0 else subprocess.DEVNULL,
-                                          stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE, text=True))
-    timeout = max(10.0, deadline - time.monotonic())
-    outs = []
+            log = os.path.join(ctx.logs, f"{tag}-rank{rank}.log")
+            logs.append(log)
+            rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank)) if "WORLD_SIZE" in env else env
+            with open(log, "w") as err:
+                procs.append(subprocess.Popen(argv, env=rank_env, stdin=stdin if rank == 0 else subprocess.DEVNULL,
+                                              stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
+                                              stderr=err, text=True))
+    end = time.monotonic() + cap
+    out = ""
     try:
-        for p in procs:
-            outs.append(p.communicate(timeout=timeout))
+        out = procs[0].communicate(timeout=cap)[0]
+        for p in procs[1:]:
+            p.wait(timeout=max(1.0, end - time.monotonic()))
     except subprocess.TimeoutExpired:
+        raise RuntimeError(f"train-step with {world} process(es) did not finish within {cap:.0f} s; "
+                           f"rank logs: {', '.join(logs)}; {_tail(logs[0])}")
+    finally:
         for p in procs:
-            p.kill()
-        raise RuntimeError(f"train-step with {world} process(es) did not finish within {timeout:.0f} s")
-    for p, (_, err) in zip(procs, outs):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for rank, p in enumerate(procs):
         if p.returncode != 0:
-            raise RuntimeError(f"train-step ({world} process(es)) exited {p.returncode}: "
-                               f"{(err or '').strip().splitlines()[-1:]}")
-    return [json.loads(line) for line in outs[0][0].splitlines() if line.strip()]
+            raise RuntimeError(f"train-step ({world} process(es)) rank {rank} exited {p.returncode}: "
+                               f"{_tail(logs[rank])}")
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def _tail(path, n=3):
+    try:
+        with open(path) as f:
+            return " | ".join(line.strip() for line in f.read().strip().splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+# ---- shard-gpu ----------------------------------------------------------------------------------------
+
+def check_shard_gpu(ctx):
+    """One rank on the GPU: the FSDP2 path (fully_shard, DTensor parameters, NCCL reduce-scatter and
+    all-gather, the sharded save) against the same step unsharded, same device."""
+    if ctx.device.type != "cuda":
+        return {"skipped": True, "reason": "needs a GPU"}
+    if not HAS_SHARD:
+        return {"skipped": True, "reason": NOT_YET}
+    if ctx.env["fsdp"]["api"] is None:
+        return {"skipped": True, "reason": f"FSDP does not import: {ctx.env['fsdp']['import_error']}"}
+    try:
+        parallel.fully_shard_api()
+    except parallel.SetupError as e:
+        return {"skipped": True, "reason": str(e)}
+    cfg = CPU_CONFIG
+    m0 = checkpoint(ctx.path("shard-gpu-m0"), cfg, seed=43)
+    data = ctx.path("shard-gpu-data.jsonl")
+    with open(data, "w") as f:
+        for step in range(2):
+            for r in records_for(cfg["vocab_size"], 6, 5, 7, seed=200 + step):
+                f.write(json.dumps(r) + "\n")
+            f.write(json.dumps({"end_batch": True}) + "\n")
+    device = str(ctx.device)
+    plain_out, shard_out = ctx.path("shard-gpu-plain"), ctx.path("shard-gpu-sharded")
+    plain = _launch(ctx, "shard-gpu-plain", train_cli(m0, plain_out, device), data, 1)
+    sharded = _launch(ctx, "shard-gpu-sharded", train_cli(m0, shard_out, device, **SHARD_SETTINGS), data, 1,
+                      extra_env={"RSTAR_SHARD_ONE_RANK": "1"})
+    w0, w1, w2 = (load_model(p).state_dict() for p in (m0, plain_out, shard_out))
+    update = max(float((w1[k] - w0[k]).abs().max()) for k in w0)
+    diff = max(float((w2[k] - w1[k]).abs().max()) for k in w0)
+    loss_diff = max(abs(a["loss"] - b["loss"]) / max(abs(a["loss"]), 1e-12) for a, b in zip(plain, sharded))
+    ok = len(plain) == len(sharded) == 2 and update > 0 and diff <= ctx.tol["dist_weights"] * update and \
+        loss_diff <= ctx.tol["dist_loss"]
+    return {"ok": ok, "processes": 1, "device": device, "backend": "nccl", "settings": SHARD_SETTINGS,
+            "max_update": r6(update), "max_weight_diff": r6(diff), "loss_rel_diff": r6(loss_diff),
+            "losses": [[r6(x["loss"]) for x in plain], [r6(x["loss"]) for x in sharded]]}
 
 
 # ---- driver -------------------------------------------------------------------------------------------
 
+ENGINE_WAIT = 120.0  # seconds one engine request may take before the engine check fails
+
+
 class Context:
-    def __init__(self, device, mode, tol, deadline, env):
+    def __init__(self, device, mode, tol, deadline, env, launch_timeout, logs):
         self.device, self.mode, self.tol, self.deadline, self.env = device, mode, tol, deadline, env
+        self.launch_timeout = launch_timeout
         self.sizes = SIZES[mode]
         self.config = GPU_CONFIG if mode == "gpu" else CPU_CONFIG
         self.tmp = tempfile.mkdtemp(prefix="rstar-gpu-check-")
+        self.logs = logs or self.tmp  # each distributed rank's stderr
 
     def path(self, name):
         return os.path.join(self.tmp, name)
 
 
-CHECKS = ("environment", "hf-reference", "train-fp32", "train-bf16", "engine", "ddp", "shard")
+CHECKS = ("environment", "hf-reference", "train-fp32", "train-bf16", "engine", "ddp", "shard", "shard-gpu")
 
 
 def parse_args(argv):
@@ -405,6 +514,11 @@ def parse_args(argv):
     p.add_argument("--budget", type=float, default=480.0,
                    help="seconds; checks not started by then are skipped (default 480)")
     p.add_argument("--device", default="cuda:0", help="the GPU to check (default cuda:0)")
+    p.add_argument("--out", default=os.environ.get("OUT") or None, metavar="DIR",
+                   help="also write the records to DIR/gpu-check.jsonl and each check's log to DIR/CHECK.log "
+                        "(default $OUT when set)")
+    p.add_argument("--launch-timeout", type=float, default=120.0, metavar="S",
+                   help="seconds one distributed launch may take, all its ranks together (default 120)")
     args = p.parse_args(argv)
     tol = dict(TOLERANCES)
     for item in args.tolerance:
@@ -439,8 +553,12 @@ def main(argv):
         if device.index is None:  # set_device and the ranks want an index
             device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        RECORDS.append(os.path.join(args.out, "gpu-check.jsonl"))
+        open(RECORDS[0], "w").close()
     env = doctor.probe()
-    ctx = Context(device, mode, tol, start + args.budget, env)
+    ctx = Context(device, mode, tol, start + args.budget, env, args.launch_timeout, args.out)
     checks = {
         "environment": lambda: {"ok": True, "mode": mode, "torch": env["torch"]["version"], "build": env["build"],
                                 "devices": env["devices"], "bf16": env["bf16"], "collective": env["collective"],
@@ -452,6 +570,7 @@ def main(argv):
         "engine": lambda: check_engine(ctx),
         "ddp": lambda: check_distributed(ctx, "ddp", {}),
         "shard": lambda: check_distributed(ctx, "shard", SHARD_SETTINGS),
+        "shard-gpu": lambda: check_shard_gpu(ctx),
     }
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     try:
@@ -462,12 +581,19 @@ def main(argv):
             if t0 > ctx.deadline:
                 result = {"skipped": True, "reason": f"time budget of {args.budget:.0f} s spent"}
             else:
+                stderr = sys.stderr
+                if args.out:
+                    sys.stderr = Tee(stderr, os.path.join(args.out, f"{name}.log"))
                 try:
                     result = checks[name]()
                 except Exception as e:  # a crashing check is a failed check, with the reason
                     last = traceback.format_exception_only(type(e), e)[-1].strip()
                     result = {"ok": False, "reason": last}
                     traceback.print_exc(file=sys.stderr)
+                finally:
+                    if sys.stderr is not stderr:
+                        sys.stderr.close()
+                        sys.stderr = stderr
             skipped = bool(result.get("skipped"))
             record = {"check": name, "ok": bool(result.get("ok", skipped)), **result,
                       "seconds": round(time.monotonic() - t0, 3)}

@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { execa } from 'execa';
@@ -6,7 +8,16 @@ import { backendEnv, findPython } from '../../src/backend/python.js';
 import { lines, ROOT } from '../support/helpers.js';
 
 const SCRIPT = join(ROOT, 'bench', 'gpu-check.py');
-const CHECKS = ['environment', 'hf-reference', 'train-fp32', 'train-bf16', 'engine', 'ddp', 'shard'];
+const CHECKS = [
+  'environment',
+  'hf-reference',
+  'train-fp32',
+  'train-bf16',
+  'engine',
+  'ddp',
+  'shard',
+  'shard-gpu',
+];
 const NOT_YET = 'needs train-step --dtype/--shard';
 
 interface CheckRecord {
@@ -21,9 +32,13 @@ interface CheckRecord {
   [figure: string]: unknown;
 }
 
-async function gpuCheck(args: string[]) {
+async function gpuCheck(args: string[], env: Record<string, string> = {}) {
   const python = await findPython();
-  const r = await execa(python, [SCRIPT, ...args], { env: backendEnv(), reject: false, timeout: 120_000 });
+  const r = await execa(python, [SCRIPT, ...args], {
+    env: { ...backendEnv(), OUT: '', ...env },
+    reject: false,
+    timeout: 120_000,
+  });
   return { code: r.exitCode, records: lines<CheckRecord>(String(r.stdout)), stderr: String(r.stderr) };
 }
 
@@ -86,6 +101,42 @@ describe('bench/gpu-check.py --cpu', () => {
       { ok: records[1].ok, failed: records[1].failed, passed: records[1].passed },
       { ok: false, failed: 1, passed: 0 },
     );
+  });
+
+  test('--out DIR keeps every record and each check log; the summary is the last stdout line', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'gpu-check-out-'));
+    try {
+      const { code, records, stderr } = await gpuCheck(['--cpu', '--only', 'environment,ddp', '--out', out]);
+      assert.equal(code, 0, stderr);
+      const saved = lines<CheckRecord>(readFileSync(join(out, 'gpu-check.jsonl'), 'utf8'));
+      assert.deepEqual(saved, records);
+      assert.equal(records.at(-1)?.summary, true);
+      const files = readdirSync(out).sort();
+      for (const f of ['environment.log', 'ddp.log', 'ddp-w2-rank0.log', 'ddp-w2-rank1.log'])
+        assert.ok(files.includes(f), f);
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
+  });
+
+  test('$OUT is the default --out', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'gpu-check-env-'));
+    try {
+      const { code } = await gpuCheck(['--cpu', '--only', 'environment'], { OUT: out });
+      assert.equal(code, 0);
+      assert.equal(lines<CheckRecord>(readFileSync(join(out, 'gpu-check.jsonl'), 'utf8')).length, 2);
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
+  });
+
+  test('a distributed launch past --launch-timeout fails its check within the cap, naming it', async () => {
+    const t0 = Date.now();
+    const { code, records } = await gpuCheck(['--cpu', '--only', 'ddp', '--launch-timeout', '0.5']);
+    assert.equal(code, 1);
+    assert.equal(records[0].ok, false);
+    assert.match(String(records[0].reason), /did not finish within 0 s|did not finish within 1 s/);
+    assert.ok(Date.now() - t0 < 60_000);
   });
 
   test('bad usage exits 2', async () => {

@@ -240,6 +240,10 @@ class ExtendCache:
         return prev
 
 
+class EngineDead(Exception):
+    """The scheduler thread has died: nothing more can be generated; the reason says why."""
+
+
 class BadRequest(Exception):
     pass
 
@@ -433,6 +437,7 @@ class Engine:
         self.generation_tokens_total = 0
         self.requests_total = 0
         self.stopped = False
+        self.dead = None  # why the scheduler thread died, once it has: every request then fails at once
         self.thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
         self.thread.start()
 
@@ -450,6 +455,8 @@ class Engine:
                 raise BadRequest(f"request needs {r.reserve} KV tokens (prompt {len(r.input_ids)} + max_new_tokens "
                                  f"{r.max_new}) but --max-total-tokens is {self.pool.size}")
         with self.lock:
+            if self.dead is not None:
+                raise EngineDead(self.dead)
             self.waiting.extend(reqs)
             self.requests_total += len(reqs)
             self.lock.notify()
@@ -466,10 +473,21 @@ class Engine:
                 box["error"] = e
             ev.set()
 
+        def fail(e):
+            box["error"] = e
+            ev.set()
+
+        op.fail = fail
         with self.lock:
+            if self.dead is not None:
+                raise EngineDead(self.dead)
             self.pending_ops.append(op)
             self.lock.notify()
-        ev.wait()
+        # the scheduler thread answers every op, also when it dies (_die); the bounded wait only
+        # guards against a thread killed without running its handler
+        while not ev.wait(1.0):
+            if not self.thread.is_alive():
+                raise EngineDead(self.dead or "the scheduler thread is gone")
         if "error" in box:
             raise box["error"]
         return box["value"]
@@ -527,6 +545,29 @@ class Engine:
 
     # ---- scheduler thread ----
     def _loop(self):
+        try:
+            self._schedule()
+        except BaseException as e:  # a bug outside the per-batch guard: fail loudly, never hang a waiter
+            self._die(f"engine-serve: scheduler thread died: {e!r}")
+
+    def _die(self, reason):
+        sys.stderr.write(reason + "\n")
+        with self.lock:
+            self.dead = reason
+            ops, self.pending_ops = self.pending_ops, []
+            stranded = list(self.waiting) + list(self.running)
+            self.waiting.clear()
+            self.running = []
+        for op in ops:  # each op answers its caller with the reason
+            op.fail(EngineDead(reason))
+        for r in stranded:
+            if r.finish is None:
+                r.finish = {"type": "abort", "message": reason}
+                r.weight_version = self.weight_version
+                r.text = ""
+                r.done.set()
+
+    def _schedule(self):
         while True:
             with self.lock:
                 while not (self.waiting or self.running or self.pending_ops or self.stopped):
@@ -937,6 +978,8 @@ def make_handler(engine):
         def do_GET(self):
             path = self.path.split("?")[0]
             if path in ("/health", "/health_generate", "/ping"):
+                if engine.dead is not None:  # as SGLang: unhealthy is a 503, so a router sets it aside
+                    return self._error(503, engine.dead)
                 return self._send(200, b"", "text/plain")
             if path in ("/get_server_info", "/server_info"):
                 return self._send(200, server_info(engine))
@@ -991,6 +1034,8 @@ def make_handler(engine):
                 return self._error(404, f"no route {path}")
             except BadRequest as e:
                 return self._error(400, str(e))
+            except EngineDead as e:  # the server cannot serve any more: say why, at once
+                return self._error(503, str(e))
             except (BrokenPipeError, ConnectionResetError):
                 return None
 

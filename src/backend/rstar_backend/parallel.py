@@ -21,6 +21,7 @@ still works there.
 """
 
 import contextlib
+import os
 
 import torch
 import torch.distributed as dist
@@ -80,7 +81,9 @@ def check_setup(dtype_name, shard, device, world):
         raise SetupError(f"--shard: expected one of {', '.join(SHARD_MODES)}, got {shard!r}")
     if shard == "none":
         return dtype
-    if world < 2:
+    if world < 2 and os.environ.get("RSTAR_SHARD_ONE_RANK") != "1":
+        # RSTAR_SHARD_ONE_RANK=1 (bench/gpu-check.py on one GPU): the sharded code path, FSDP2 and its
+        # NCCL collectives on a single rank, which is all one GPU can check of them
         raise SetupError(f"--shard {shard}: needs --nproc 2 or more (one process holds the whole model "
                          "anyway); use --shard none")
     if dtype is torch.float16:
@@ -133,8 +136,16 @@ def sum_gradients(groups):
     """Makes FSDP2 sum the ranks' gradients, as the data-parallel path does (our loss is already
     divided by the batch's global count of loss tokens). FSDP2 averages by default, and on some
     releases silently sums with gloo (pytorch issue 162338): an explicit divide factor of 1 (torch >=
-    2.6, per group) is right with both. Without that API (2.4, 2.5), the loss is multiplied by the world
-    size instead. bench/gpu-check.py's shard check compares the update with one process's."""
+    2.6, per group) is right with both. But from torch 2.8 a divide factor makes FSDP2 reduce fp32
+    gradients with a PREMUL_SUM op that gloo rejects: where the group can be told to reduce with a
+    plain sum (`set_force_sum_reduction_for_comms`), it is, so the collective is an ordinary SUM on
+    every backend. Without either API (2.4, 2.5), the loss is multiplied by the world size instead.
+    bench/gpu-check.py's shard check compares the update with one process's."""
+    if all(hasattr(g, "set_force_sum_reduction_for_comms") for g in groups):
+        for g in groups:
+            g.set_force_sum_reduction_for_comms(True)
+            g.set_gradient_divide_factor(1.0)
+        return 1
     for name in ("set_gradient_divide_factor", "set_reduce_scatter_divide_factor"):
         if all(hasattr(g, name) for g in groups):
             for g in groups:

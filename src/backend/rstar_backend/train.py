@@ -17,6 +17,7 @@ ranks) are parallel.py's.
 """
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -200,10 +201,13 @@ class Trainer:
         self.sharded = args.shard != "none"
         # before the process group starts and any checkpoint is read: a setup that cannot run says so
         self.dtype = parallel.check_setup(args.dtype, args.shard, self.device, self.world)
-        if self.world > 1:
+        if self.world > 1 or self.sharded:
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+            # RSTAR_DIST_TIMEOUT (seconds, default torch's 30 min): how long a collective may wait for
+            # a rank that died or hangs, before this rank fails instead of waiting on
+            timeout = datetime.timedelta(seconds=float(os.environ.get("RSTAR_DIST_TIMEOUT", "1800")))
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", timeout=timeout)
         torch.manual_seed(args.seed)
         # The loss is divided by the batch's global count of loss tokens, so the update is the SUM of
         # the ranks' gradients (the data-parallel path all-reduces them so); sharded, FSDP2 reduces them
