@@ -20,8 +20,9 @@ export RSTAR_SFT_QUICK=${RSTAR_SFT_QUICK:-1}
 export RSTAR_DEMO_STAGES=${RSTAR_DEMO_STAGES:-1 1 1}
 bash recipes/demo.sh "$OUT"
 
-steps=$(grep -c '"step"' "$OUT/rl/steps.jsonl" || true)
-empty=$(grep -c '"skipped"' "$OUT/rl/steps.jsonl" || true)
+# (a resumed step's record may appear twice: count steps, not lines)
+steps=$(grep -o '"step": [0-9]*' "$OUT/rl/steps.jsonl" | sort -u | wc -l)
+empty=$(grep '"skipped"' "$OUT/rl/steps.jsonl" | grep -o '"step": [0-9]*' | sort -u | wc -l)
 log "smoke: the pipeline ran end to end: $steps RL steps checkpointed and served, $((steps - empty)) with an" \
   "update, $empty empty (every reward 0: the ${RSTAR_SFT_MAX_STEPS:-3}-step SFT model answers nothing right);" \
   "learning is the main job's: bash recipes/demo.sh"

@@ -6,9 +6,9 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { lines, ROOT } from '../support/helpers.js';
 
-/** The smallest main job the recipe allows: 3-step SFT, 3 + 2 + 1 RL steps of 2 problems x 4 rollouts. */
+/** The smallest main job the recipe allows: 3-step SFT, 3 + 2 + 2 RL steps of 2 problems x 4 rollouts. */
 const TINY: Record<string, string> = {
-  RSTAR_DEMO_STAGES: '3 2 1',
+  RSTAR_DEMO_STAGES: '3 2 2',
   RSTAR_DEMO_TOKENS: '32 32 32',
   RSTAR_DEMO_PROBLEMS: '2',
   RSTAR_DEMO_KEEP: '2',
@@ -67,33 +67,35 @@ describe('recipes/smoke.sh and demo.sh: a run folder is reused only by a run of 
 
   it('runs the whole pipeline, says what it checked, keeps the last checkpoint and the evaluated ones', () => {
     assert.equal(first.code, 0, first.log.slice(-4000));
-    assert.match(first.log, /smoke: the pipeline ran end to end: 6 RL steps checkpointed and served/);
-    assert.match(readFileSync(join(out, 'manifest.txt'), 'utf8'), /^RSTAR_DEMO_STAGES=3 2 1$/m);
+    assert.match(first.log, /smoke: the pipeline ran end to end: 7 RL steps checkpointed and served/);
+    assert.match(readFileSync(join(out, 'manifest.txt'), 'utf8'), /^RSTAR_DEMO_STAGES=3 2 2$/m);
     assert.match(readFileSync(join(out, 'sft', 'manifest.txt'), 'utf8'), /^RSTAR_SFT_QUICK=1$/m);
     assert.ok(existsSync(join(out, 'compare.md')));
     const rl = join(out, 'rl');
     assert.deepEqual(
       lines<{ step: number }>(readFileSync(join(rl, 'steps.jsonl'), 'utf8')).map((s) => s.step),
-      [1, 2, 3, 4, 5, 6],
+      [1, 2, 3, 4, 5, 6, 7],
     );
     // --keep-checkpoints 1 --keep-every 2 (the curve's steps): step-5, where stage 3 started, stays
     // as train-step's --model; 1 and 3 are gone, after the curve evaluated step 3 as stage 1's end
-    assert.deepEqual(stepFolders(rl), [2, 4, 5, 6]);
+    assert.deepEqual(stepFolders(rl), [2, 4, 5, 6, 7]);
     for (const name of ['sft', 'step2', 'stage1', 'step4', 'stage2', 'rl']) {
       assert.ok(existsSync(join(out, `eval-${name}`, 'report.json')), `eval-${name}`);
     }
   });
 
-  it('resumes after a pruned stage: the finished stages return, stage 3 continues from its newest checkpoint', async () => {
+  it('resumes among pruned checkpoints: the finished stages return, stage 3 continues from its newest', async () => {
     assert.equal(first.code, 0);
-    rmSync(join(out, 'rl', 'step-6'), { recursive: true });
+    // as if killed before step 7's checkpoint
+    rmSync(join(out, 'rl', 'step-7'), { recursive: true });
     rmSync(join(out, 'eval-rl'), { recursive: true });
     const again = await recipe('smoke.sh', [out], TINY);
     assert.equal(again.code, 0, again.log.slice(-4000));
-    assert.match(again.log, /rl: every step up to 3 is done \(.*step-5\)/);
-    assert.match(again.log, /rl: resuming after step 5/);
+    assert.match(again.log, /rl: every step up to 3 is done \(.*step-6\)/);
+    assert.match(again.log, /rl: resuming after step 6/);
     assert.doesNotMatch(again.log, /SFT stage/);
-    assert.deepEqual(stepFolders(join(out, 'rl')), [2, 4, 5, 6]);
+    // step-5 was the first process's --model, not this one's: pruned now
+    assert.deepEqual(stepFolders(join(out, 'rl')), [2, 4, 6, 7]);
     assert.ok(existsSync(join(out, 'eval-rl', 'report.json')));
   });
 
