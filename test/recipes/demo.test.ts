@@ -108,7 +108,7 @@ describe('recipes/smoke.sh and demo.sh: a run folder is reused only by a run of 
       RSTAR_DEMO_STAGES: '4 2 1',
     });
     assert.equal(other.code, 1, other.log);
-    assert.match(other.log, /RSTAR_DEMO_STAGES: '3 2 1' there; '4 2 1' now/);
+    assert.match(other.log, /RSTAR_DEMO_STAGES: '3 2 2' there; '4 2 1' now/);
     assert.match(other.log, /RSTAR_FRESH=1 to delete/);
     assert.doesNotMatch(other.log, /SFT stage|engine-serve|RL stage/);
     assert.deepEqual(readdirSync(join(out, 'rl')).sort(), before);
