@@ -1,4 +1,3 @@
-import { readFile } from 'node:fs/promises';
 import { DataError } from '../errors.js';
 import { type EvalSummary, Report } from '../records/eval.js';
 
@@ -7,6 +6,7 @@ export { Report };
 import type { EvalProblem } from '../records/eval.js';
 import { compareMetric, type PerProblem } from './bootstrap.js';
 import type { EvalSummaryRecord } from './metrics.js';
+import { readText } from './problems.js';
 
 export function makeReport(summaries: EvalSummaryRecord[], extra: Record<string, unknown> = {}): Report {
   return { v: 1, created: new Date().toISOString(), ...extra, benchmarks: summaries };
@@ -102,13 +102,7 @@ export function markdownReport(
 }
 
 export async function readReport(file: string): Promise<Report> {
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (error) {
-    const code = (error as { code?: string }).code;
-    throw new DataError(`${file}: ${code === 'ENOENT' ? 'no such file' : (error as Error).message}`);
-  }
+  const text = await readText(file);
   let value: unknown;
   try {
     value = JSON.parse(text);

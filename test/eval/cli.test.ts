@@ -298,6 +298,7 @@ describe('rstar eval --from-trajectories', () => {
       { v: 1, step: 3, 'heldout_avg@n': 0.45, eval: 'stage2' },
       { v: 1, step: 4, 'heldout_avg@n': 0.5, eval: 'rl' },
     ];
+    mkdirSync(join(dir, 'curve'));
     const file = write('curve/curve.jsonl', ndjson(points));
     const r = await rstar(['eval', '--curve', file]);
     assert.equal(r.code, 0, r.stderr);
