@@ -40,10 +40,16 @@
 #   RSTAR_DEMO_EVAL_TOOL_CACHE [group] the same for the held-out evaluations (eval --tool-cache): they train
 #     nothing, and on seed 2's SFT checkpoint avg@4, pass@k, tool errors and format violations came out
 #     equal to `off`'s, ~20% faster
+#   RSTAR_DEMO_KEEP_CHECKPOINTS [2] RL checkpoints kept besides every RSTAR_DEMO_CURVE_EVERY-th step (the
+#     ones the curve evaluates) and the one a stage started from (0: all; each is ~17 MB with AdamW state)
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run; RSTAR_SFT_EVAL
 #   [0 here: the SFT checkpoint is evaluated once, as eval-sft]),
 #   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_EPOCHS, RSTAR_RL_MICRO_BATCH_TOKENS).
+# OUT/manifest.txt records the settings above that shape OUT (sft.sh and rl.sh keep their own for their
+# folders): a rerun with other values stops before anything runs, naming each one, instead of reusing
+# another run's checkpoints and evaluations. RSTAR_FRESH=1 deletes OUT and starts afresh instead;
+# RSTAR_CHECK_ONLY=1 only compares. The smoke run (recipes/smoke.sh) has a folder of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=recipes/lib.sh
@@ -63,13 +69,45 @@ CURVE_N=${RSTAR_DEMO_CURVE_N:-2}
 CURVE_EVERY=${RSTAR_DEMO_CURVE_EVERY:-10}
 [[ $CURVE_EVERY =~ ^[1-9][0-9]*$ ]] || die "RSTAR_DEMO_CURVE_EVERY: expected a positive whole number, got '$CURVE_EVERY'"
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
+KEEP_CHECKPOINTS=${RSTAR_DEMO_KEEP_CHECKPOINTS:-2}
+[[ $KEEP_CHECKPOINTS =~ ^[0-9]+$ ]] || die "RSTAR_DEMO_KEEP_CHECKPOINTS: expected a whole number, got '$KEEP_CHECKPOINTS'"
+SFT=${RSTAR_DEMO_SFT:-$OUT/sft}
+
+# What OUT was made with: a rerun resumes only a run of the same settings (rl.sh and sft.sh check
+# their own below); another run's checkpoints and evaluations are refused, naming the settings that
+# differ, before anything runs (RSTAR_FRESH=1: delete OUT and start afresh).
+earlier=0
+occupied "$OUT" && earlier=1
+SETTINGS=(RSTAR_DEMO_STAGES="${STAGES[*]}" RSTAR_DEMO_TOKENS="${TOKENS[*]}" \
+  RSTAR_DEMO_LR="${LRS[*]}" RSTAR_DEMO_PROBLEMS="${RSTAR_DEMO_PROBLEMS:-16}" RSTAR_DEMO_KEEP="${RSTAR_DEMO_KEEP:-4}" \
+  RSTAR_DEMO_MINI_BATCHES="${RSTAR_DEMO_MINI_BATCHES:-2}" RSTAR_DEMO_DOWN_SAMPLE="${RSTAR_DEMO_DOWN_SAMPLE:-roc}" \
+  RSTAR_DEMO_DYNAMIC="${RSTAR_DEMO_DYNAMIC:-2}" RSTAR_DEMO_OVERSAMPLE="${RSTAR_DEMO_OVERSAMPLE:-0}" \
+  RSTAR_DEMO_REFILL="${RSTAR_DEMO_REFILL:-streaming}" RSTAR_DEMO_STALENESS="${RSTAR_DEMO_STALENESS:-1}" \
+  RSTAR_DEMO_EVAL_N="$EVAL_N" RSTAR_DEMO_CURVE_N="$CURVE_N" RSTAR_DEMO_CURVE_EVERY="$CURVE_EVERY" \
+  RSTAR_DEMO_TOOL_TIMEOUT="${RSTAR_DEMO_TOOL_TIMEOUT:-5}" RSTAR_DEMO_TOOL_CACHE="${RSTAR_DEMO_TOOL_CACHE:-group}" \
+  RSTAR_DEMO_EVAL_TOOL_CACHE="${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}" RSTAR_DEMO_SEED="${RSTAR_DEMO_SEED:-0}" \
+  RSTAR_DEMO_SFT="${RSTAR_DEMO_SFT:-}" RSTAR_SFT_TEMPLATE="$TEMPLATE")
+check_manifest "$OUT/manifest.txt" "$earlier" "$OUT" "${SETTINGS[@]}"
+# The SFT checkpoint this run would reuse: made with this run's RSTAR_SFT_* settings? (sft.sh's own
+# check; a folder given as RSTAR_DEMO_SFT is the caller's choice and is taken as it is)
+if [[ -z ${RSTAR_DEMO_SFT:-} && -d $SFT/ckpt ]] && ! RSTAR_CHECK_ONLY=1 bash recipes/sft.sh "$SFT"; then
+  [[ ${RSTAR_FRESH:-0} == 1 && ${RSTAR_CHECK_ONLY:-0} != 1 ]] && deletable "$OUT" ||
+    die "demo: $SFT: made with other SFT settings (above)"
+  log "RSTAR_FRESH=1: deleting $OUT (its SFT stage was made with other settings)"
+  rm -rf -- "$OUT"
+  check_manifest "$OUT/manifest.txt" 0 "" "${SETTINGS[@]}"
+fi
+if [[ ${RSTAR_CHECK_ONLY:-0} == 1 ]]; then
+  log "demo: $OUT: settings match (RSTAR_CHECK_ONLY=1: nothing run)"
+  exit 0
+fi
+
 RSTAR=(node bin/rstar.js)
 [[ -f dist/src/cli.js ]] || npx tsc -p .
 mkdir -p "$OUT/rl"
 started=$EPOCHREALTIME
 
 # 1. SFT (or reuse one).
-SFT=${RSTAR_DEMO_SFT:-$OUT/sft}
 if [[ ! -d $SFT/ckpt ]]; then
   step "SFT stage"
   # The job evaluates the SFT checkpoint itself below (eval-sft, avg@4 through the shared engines), so
@@ -125,6 +163,8 @@ export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE="${ENGINES[*]}" RSTAR_RL_SANDBOX
 export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
 export RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2} RSTAR_RL_TOOL_CACHE=${RSTAR_DEMO_TOOL_CACHE:-group}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
+# the curve's steps stay until they are evaluated (after their stage), and after: a rerun finds them
+export RSTAR_RL_KEEP_CHECKPOINTS=$KEEP_CHECKPOINTS RSTAR_RL_KEEP_EVERY=$CURVE_EVERY
 export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_OVERSAMPLE=${RSTAR_DEMO_OVERSAMPLE:-0} RSTAR_RL_REFILL=${RSTAR_DEMO_REFILL:-streaming} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS
 first=1
 last=0

@@ -19,3 +19,60 @@ json_number() {
   local re="\"$2\": ?(-?[0-9.]+([eE][-+]?[0-9]+)?)"
   [[ $1 =~ $re ]] && printf '%s' "${BASH_REMATCH[1]}"
 }
+
+# check_manifest FILE EARLIER FRESH_DIR NAME=VALUE...: a recipe reuses what its OUT holds (a
+# checkpoint, evaluations, a stage's steps) only when it was made with the same settings. FILE lists
+# the settings of the run that made it, one NAME=VALUE a line, NAME the environment variable that
+# sets it; a new OUT gets this run's. When FILE names other values, or is missing while EARLIER=1
+# (OUT already holds output), the recipe stops before anything runs, naming each setting that
+# differs; with RSTAR_FRESH=1 it deletes FRESH_DIR instead and starts afresh (FRESH_DIR empty: the
+# recipe cannot tell what to delete, and refuses). RSTAR_CHECK_ONLY=1 checks and writes nothing.
+check_manifest() {
+  local file=$1 earlier=$2 fresh_dir=$3 line name
+  shift 3
+  local -A had=()
+  local -a differ=()
+  if [[ -f $file ]]; then
+    while IFS= read -r line; do [[ $line == *=* ]] && had[${line%%=*}]=${line#*=}; done <"$file"
+    for line in "$@"; do
+      name=${line%%=*}
+      if [[ ! -v had[$name] ]]; then
+        differ+=("$name: not recorded there; '${line#*=}' now")
+      elif [[ ${had[$name]} != "${line#*=}" ]]; then
+        differ+=("$name: '${had[$name]}' there; '${line#*=}' now")
+      fi
+      unset "had[$name]"
+    done
+    for name in "${!had[@]}"; do differ+=("$name: '${had[$name]}' there; not a setting now"); done
+  elif [[ $earlier == 1 ]]; then
+    differ+=("no $(basename "$file"): made by an earlier version of the recipe, or by hand")
+  fi
+  if ((${#differ[@]} > 0)); then
+    # never the working folder or one above it (OUT given as `.`)
+    if [[ -n $fresh_dir ]] && ! deletable "$fresh_dir"; then fresh_dir=; fi
+    if [[ ${RSTAR_FRESH:-0} == 1 && -n $fresh_dir && ${RSTAR_CHECK_ONLY:-0} != 1 ]]; then
+      log "RSTAR_FRESH=1: deleting $fresh_dir, made with other settings (${differ[*]})"
+      rm -rf -- "$fresh_dir"
+    else
+      log "error: $(dirname "$file") holds output made with other settings, which this run would reuse:"
+      for line in "${differ[@]}"; do log "  $line"; done
+      if [[ -n $fresh_dir ]]; then
+        die "give it another folder, or RSTAR_FRESH=1 to delete $fresh_dir and start afresh"
+      fi
+      die "give it another folder, or delete $(dirname "$file") to start afresh"
+    fi
+  fi
+  [[ ${RSTAR_CHECK_ONLY:-0} == 1 ]] && return 0
+  mkdir -p "$(dirname "$file")"
+  printf '%s\n' "$@" >"$file"
+}
+
+# deletable DIR: DIR exists and is neither the working folder nor above it (OUT given as `.`).
+deletable() {
+  local resolved
+  resolved=$(cd "$1" 2>/dev/null && pwd) || return 1
+  [[ $PWD/ != "${resolved%/}"/* ]]
+}
+
+# occupied DIR: DIR exists and holds anything.
+occupied() { [[ -d $1 && -n $(ls -A "$1") ]]; }

@@ -22,6 +22,8 @@
 #   RSTAR_PAPER_MAX_TURNS [5] (release)   RSTAR_PAPER_LR [1e-6]   RSTAR_PAPER_WARMUP [20] (release)
 #   RSTAR_PAPER_TRAIN_GPUS [8] train-step --nproc on this node
 #   RSTAR_PAPER_TRAIN_ARGS ["--dtype bf16 --shard full"] train-step's precision and sharding (docs/gpu.md section 8)
+#   RSTAR_PAPER_KEEP_CHECKPOINTS [2] step checkpoints kept (train-step --keep-checkpoints; a 14B one with
+#                          AdamW state is well over 100 GB; 0: all)   RSTAR_PAPER_KEEP_EVERY [0] also every Nth step
 #   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_STALENESS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +55,7 @@ export RSTAR_RL_TEMPLATE=rstar2 RSTAR_RL_DOWN_SAMPLE=roc RSTAR_RL_TEMPERATURE=1
 export RSTAR_RL_BATCH=${RSTAR_PAPER_BATCH:-128} RSTAR_RL_KEEP=${RSTAR_PAPER_KEEP:-16}
 export RSTAR_RL_MAX_TURNS=${RSTAR_PAPER_MAX_TURNS:-5} RSTAR_RL_LR=${RSTAR_PAPER_LR:-1e-6}
 export RSTAR_RL_MINI_BATCHES=1 RSTAR_RL_EPOCHS=1
+export RSTAR_RL_KEEP_CHECKPOINTS=${RSTAR_PAPER_KEEP_CHECKPOINTS:-2} RSTAR_RL_KEEP_EVERY=${RSTAR_PAPER_KEEP_EVERY:-0}
 export RSTAR_RL_TRAIN_ARGS="--warmup-steps ${RSTAR_PAPER_WARMUP:-20} --kl-coef 0 --entropy-coef 0 --clip-low 0.2 --clip-high 0.28 --micro-batch-tokens 20480 --max-shard-bytes 5000000000 --nproc $TRAIN_GPUS $TRAIN_ARGS ${RSTAR_RL_TRAIN_ARGS:-}"
 
 first=1

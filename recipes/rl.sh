@@ -40,6 +40,9 @@
 #                       in length order; on CPU small micro-batches are ~3x faster than one per
 #                       mini-batch: attention's padded (T, T) scores dominate a step)
 #   RSTAR_RL_TRAIN_ARGS [extra train-step flags]
+#   RSTAR_RL_KEEP_CHECKPOINTS [0: all]  K: after each step only the last K checkpoints stay (train-step
+#                       --keep-checkpoints), besides every RSTAR_RL_KEEP_EVERY-th [0: none] and the one
+#                       the stage started from; a resume needs only the newest
 #   RSTAR_RL_ENGINE_PROCS [1]  engine-serve processes this script starts (rollout's KV-cache scheduler
 #                       spreads the requests, train-step --sync updates them all)
 #   RSTAR_RL_ENGINE / RSTAR_RL_SANDBOX  running servers to use, RSTAR_RL_ENGINE one URL or several
@@ -47,7 +50,9 @@
 #                       stage and stop them at the end)
 #
 # Writes OUT/step-K/ (checkpoint), OUT/trajectories/step-K.jsonl, OUT/steps.jsonl (train-step's Step records),
-# OUT/rollout-steps.jsonl (rollout's per-step statistics), OUT/curve.jsonl (training reward per step).
+# OUT/rollout-steps.jsonl (rollout's per-step statistics), OUT/curve.jsonl (training reward per step),
+# OUT/manifest-stage-FIRST.txt (the settings above that shape the stage's steps: a rerun with other
+# values, which would resume those steps, is refused, naming each one; recipes/lib.sh check_manifest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=recipes/lib.sh
@@ -86,38 +91,61 @@ REFILL=${RSTAR_RL_REFILL:-rounds}
 SEED=${RSTAR_RL_SEED:-0}
 TOOL_CACHE=${RSTAR_RL_TOOL_CACHE:-off}
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
-TOKENIZER=${RSTAR_RL_TOKENIZER:-$MODEL}
+KEEP_CHECKPOINTS=${RSTAR_RL_KEEP_CHECKPOINTS:-0}
+KEEP_EVERY=${RSTAR_RL_KEEP_EVERY:-0}
 RSTAR=(node bin/rstar.js)
-[[ -f dist/src/cli.js ]] || npx tsc -p .
-[[ -d $MODEL ]] || die "RSTAR_RL_MODEL: $MODEL is not a checkpoint folder"
 [[ -s $PROBLEMS ]] || die "RSTAR_RL_PROBLEMS: $PROBLEMS is missing or empty"
 case $DOWN in
   roc) KEPT=$KEEP ;;
   none) KEPT=$N ;;  # roc-filter --keep N: equal-reward groups are still dropped, as dynamic sampling does
   *) die "RSTAR_RL_DOWN_SAMPLE: expected roc or none, got '$DOWN'" ;;
 esac
-mkdir -p "$OUT"
 
-# Resume: the last complete checkpoint of this stage (or of the stage before it, FIRST - 1).
+# Resume: the newest complete checkpoint (older ones may be pruned: --keep-checkpoints). One at or
+# past STEPS means this stage is done (a later stage's count continues past it).
+newest=0
+for ckpt in "$OUT"/step-*/trainer_state.json; do
+  [[ -f $ckpt ]] || continue
+  k=${ckpt%/trainer_state.json}
+  k=${k##*/step-}
+  [[ $k =~ ^[0-9]+$ ]] && ((k > newest)) && newest=$k
+done
+if ((newest >= STEPS)); then
+  log "rl: every step up to $STEPS is done ($OUT/step-$newest)"
+  exit 0
+fi
+earlier=0
+((newest >= FIRST)) && earlier=1
+check_manifest "$OUT/manifest-stage-$FIRST.txt" "$earlier" "" RSTAR_RL_MODEL="$MODEL" RSTAR_RL_PROBLEMS="$PROBLEMS" \
+  RSTAR_RL_BATCH="$BATCH" RSTAR_RL_KEEP="$KEEP" RSTAR_RL_N="$N" RSTAR_RL_DOWN_SAMPLE="$DOWN" RSTAR_RL_LR="$LR" \
+  RSTAR_RL_MINI_BATCHES="$MINI" RSTAR_RL_EPOCHS="$EPOCHS" RSTAR_RL_MAX_TOKENS="$MAX_TOKENS" RSTAR_RL_MAX_TURNS="$MAX_TURNS" \
+  RSTAR_RL_TEMPERATURE="$TEMPERATURE" RSTAR_RL_STALENESS="$STALENESS" RSTAR_RL_DYNAMIC="$DYNAMIC" \
+  RSTAR_RL_OVERSAMPLE="${RSTAR_RL_OVERSAMPLE:-0}" RSTAR_RL_REFILL="$REFILL" RSTAR_RL_SEED="$SEED" \
+  RSTAR_RL_TOOL_CACHE="$TOOL_CACHE" RSTAR_RL_TEMPLATE="$TEMPLATE" RSTAR_RL_MICRO_BATCH_TOKENS="$MICRO_TOKENS" \
+  RSTAR_RL_TRAIN_ARGS="${RSTAR_RL_TRAIN_ARGS:-}"
+if [[ ${RSTAR_CHECK_ONLY:-0} == 1 ]]; then
+  log "rl: $OUT: settings match (RSTAR_CHECK_ONLY=1: nothing run)"
+  exit 0
+fi
+mkdir -p "$OUT"
 start=$FIRST
 model=$MODEL
 version=$((FIRST - 1))
-for ((k = STEPS; k >= FIRST; k--)); do
-  if [[ -f $OUT/step-$k/trainer_state.json ]]; then
-    start=$((k + 1)) model=$OUT/step-$k version=$k
-    break
-  fi
-done
-if ((start > STEPS)); then
-  log "rl: every step up to $STEPS is done ($OUT/step-$STEPS)"
-  exit 0
+if ((newest >= FIRST)); then
+  start=$((newest + 1)) model=$OUT/step-$newest version=$newest
+else
+  [[ -d $MODEL ]] || die "RSTAR_RL_MODEL: $MODEL is not a checkpoint folder"
 fi
+TOKENIZER=${RSTAR_RL_TOKENIZER:-$model}
+[[ -f dist/src/cli.js ]] || npx tsc -p .
 ((start > FIRST)) && log "rl: resuming after step $version ($model)"
 # A run killed between a checkpoint and its Step record going down the pipe: the record is in the
 # checkpoint (step.json), so steps.jsonl and curve.jsonl get every finished step exactly once.
 touch "$OUT/steps.jsonl" "$OUT/curve.jsonl"
 for ((k = FIRST; k < start; k++)); do
-  grep -q "\"step\": $k," "$OUT/steps.jsonl" || cat "$OUT/step-$k/step.json" >>"$OUT/steps.jsonl"
+  # (a pruned checkpoint's record went down the pipe before it was pruned)
+  grep -q "\"step\": $k," "$OUT/steps.jsonl" || [[ ! -f $OUT/step-$k/step.json ]] ||
+    cat "$OUT/step-$k/step.json" >>"$OUT/steps.jsonl"
   if ! grep -q "\"step\":$k," "$OUT/curve.jsonl"; then
     reward=$(json_number "$(grep "\"step\":$k," "$OUT/rollout-steps.jsonl" | tail -n 1)" mean_reward)
     printf '{"v":1,"step":%s,"train_reward":%s}\n' "$k" "${reward:-0}" >>"$OUT/curve.jsonl"
@@ -157,7 +185,8 @@ trained() {
     "${RSTAR[@]}" train-step --follow --loss grpo --model "$model" --weight-version "$version" \
       --out "$OUT/step-{step}" --policy "rl-step-{step}" --sync "${ENGINES[@]}" --max-staleness "$STALENESS" \
       --lr "$LR" --mini-batches "$MINI" --epochs "$EPOCHS" --threads "$TRAIN_THREADS" \
-      --micro-batch-tokens "$MICRO_TOKENS" ${RSTAR_RL_TRAIN_ARGS:-} |
+      --micro-batch-tokens "$MICRO_TOKENS" --keep-checkpoints "$KEEP_CHECKPOINTS" --keep-every "$KEEP_EVERY" \
+      ${RSTAR_RL_TRAIN_ARGS:-} |
     tee -a "$OUT/steps.jsonl" |
     while IFS= read -r record; do
       k=$(json_number "$record" step)

@@ -26,6 +26,9 @@
 #                     semantics (sft-data's default); embedded, or a sandbox-serve URL: in the sandbox]
 #   RSTAR_SFT_EVAL [1; 0: no held-out evaluation here, for a caller that evaluates the checkpoint itself,
 #   as recipes/demo.sh does; the training budget still leaves RSTAR_SFT_EVAL_RESERVE, so the SFT is the same]
+# OUT/manifest.txt records the settings above that shape OUT's data and checkpoint; a rerun with other
+# values stops at once, naming them (RSTAR_FRESH=1: delete OUT and start afresh; RSTAR_CHECK_ONLY=1:
+# only compare, run nothing). recipes/lib.sh, check_manifest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=recipes/lib.sh
@@ -58,6 +61,20 @@ EVAL_N=${RSTAR_SFT_EVAL_N:-2}
 EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-384}
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 
+# What OUT's data was made with (a rerun reuses OUT/data; recipes/demo.sh reuses OUT/ckpt): another
+# run's is refused, naming the settings that differ (RSTAR_FRESH=1: start afresh). The evaluation's
+# settings are not among them: nothing reuses an evaluation.
+earlier=0
+occupied "$OUT" && earlier=1
+check_manifest "$OUT/manifest.txt" "$earlier" "$OUT" RSTAR_SFT_QUICK="$QUICK" RSTAR_SFT_CURRICULUM="$CURRICULUM" \
+  RSTAR_SFT_TRAIN="$TRAIN" RSTAR_SFT_TEST="$TEST" RSTAR_SFT_SEED="$SEED" RSTAR_SFT_CONFIG="$CONFIG" RSTAR_SFT_INIT="$INIT" \
+  RSTAR_SFT_BATCH="$BATCH" RSTAR_SFT_LR="$LR" RSTAR_SFT_WARMUP="$WARMUP" RSTAR_SFT_WINDOW="$WINDOW" RSTAR_SFT_DECAY="$DECAY" \
+  RSTAR_SFT_TOTAL="$TOTAL" RSTAR_SFT_SECONDS="${RSTAR_SFT_SECONDS:-}" RSTAR_SFT_EVAL_RESERVE="$EVAL_RESERVE" \
+  RSTAR_SFT_MAX_STEPS="$MAX_STEPS" RSTAR_SFT_TEMPLATE="$TEMPLATE" RSTAR_SFT_DATA="${RSTAR_SFT_DATA:-}"
+if [[ ${RSTAR_CHECK_ONLY:-0} == 1 ]]; then
+  log "sft: $OUT: settings match (RSTAR_CHECK_ONLY=1: nothing run)"
+  exit 0
+fi
 mkdir -p "$OUT"
 RSTAR=(node bin/rstar.js)
 [[ -f dist/src/cli.js ]] || npx tsc -p .

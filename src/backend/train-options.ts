@@ -220,6 +220,22 @@ export const TRAIN_FLAGS = {
     parse: integer(0),
     group: 'pipeline',
   },
+  keepCheckpoints: {
+    flags: '--keep-checkpoints <k>',
+    description:
+      'after each step, keep only the last K step checkpoints of --out (those --keep-every names and --model excepted; 0: keep all)',
+    parse: integer(0),
+    default: 0,
+    group: 'pipeline',
+  },
+  keepEvery: {
+    flags: '--keep-every <n>',
+    description:
+      'with --keep-checkpoints, also keep every checkpoint whose step is a multiple of N (0: none)',
+    parse: integer(0),
+    default: 0,
+    group: 'pipeline',
+  },
   maxShardBytes: {
     flags: '--max-shard-bytes <n>',
     description: 'shard the written safetensors (0: one file)',

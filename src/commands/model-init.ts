@@ -1,7 +1,19 @@
+import { existsSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { execa } from 'execa';
 import { BACKEND_SCRIPT, backendEnv, backendMessage, findPython } from '../backend/python.js';
-import { DataError } from '../errors.js';
+import { DataError, UsageError } from '../errors.js';
 import { choice, integer, parse, program } from '../program.js';
+
+/** True when DIR exists and holds anything (a file where DIR should be counts too). */
+function occupied(dir: string): boolean {
+  if (!existsSync(dir)) return false;
+  try {
+    return readdirSync(dir).length > 0;
+  } catch {
+    return true;
+  }
+}
 
 export async function run(argv: string[]): Promise<void> {
   const cmd = program('model-init', 'randomly initialised Qwen3-architecture checkpoint (HF layout)')
@@ -9,7 +21,8 @@ export async function run(argv: string[]): Promise<void> {
       '--config <file>',
       'config.json with Qwen3 field names (tokenizer files beside it are copied)',
     )
-    .requiredOption('--out <dir>', 'checkpoint folder to write')
+    .requiredOption('--out <dir>', 'checkpoint folder to write (new or empty, unless --force)')
+    .option('--force', 'replace a non-empty --out whole (its AdamW state and step count go with it)')
     .option('--seed <n>', 'initialisation seed', integer(0), 0)
     .addOption(
       choice(
@@ -26,7 +39,26 @@ export async function run(argv: string[]): Promise<void> {
       0,
     );
   if (!parse(cmd, argv)) return;
-  const o = cmd.opts<{ config: string; out: string; seed: number; init: string; maxShardBytes: number }>();
+  const o = cmd.opts<{
+    config: string;
+    out: string;
+    force?: boolean;
+    seed: number;
+    init: string;
+    maxShardBytes: number;
+  }>();
+  const out = resolve(o.out);
+  // Writing new weights into an old checkpoint would leave its optimizer.safetensors and
+  // trainer_state.json behind, and the next train-step would continue their AdamW moments.
+  if (occupied(out) && !o.force) {
+    throw new UsageError(
+      `--out ${o.out}: not empty (an earlier checkpoint?); give --force to replace it whole`,
+    );
+  }
+  // The new checkpoint is written beside --out and renamed into place: --out is always one whole
+  // checkpoint, the old or the new.
+  const partial = `${out}.partial-${process.pid}`;
+  rmSync(partial, { recursive: true, force: true });
   const python = await findPython();
   const args = [
     BACKEND_SCRIPT,
@@ -34,13 +66,22 @@ export async function run(argv: string[]): Promise<void> {
     '--config',
     o.config,
     '--out',
-    o.out,
+    partial,
     '--seed',
     String(o.seed),
     '--init',
     o.init,
   ];
   if (o.maxShardBytes > 0) args.push('--max-shard-bytes', String(o.maxShardBytes));
-  const result = await execa(python, args, { env: backendEnv(), reject: false, stdout: 'inherit' });
-  if (result.exitCode !== 0) throw new DataError(backendMessage(String(result.stderr), 'model-init failed'));
+  const result = await execa(python, args, { env: backendEnv(), reject: false });
+  if (result.exitCode !== 0) {
+    rmSync(partial, { recursive: true, force: true });
+    throw new DataError(backendMessage(String(result.stderr), 'model-init failed'));
+  }
+  const old = `${out}.old-${process.pid}`;
+  if (existsSync(out)) renameSync(out, old);
+  renameSync(partial, out);
+  rmSync(old, { recursive: true, force: true });
+  const summary = JSON.parse(String(result.stdout)) as Record<string, unknown>;
+  process.stdout.write(`${JSON.stringify({ ...summary, checkpoint: out })}\n`);
 }

@@ -1,6 +1,7 @@
+import { pruneCheckpoints } from '../backend/checkpoint.js';
 import { addTrainFlags, type TrainOptions } from '../backend/train-options.js';
 import { type BatchEnd, startTrainer, type TrainedStep } from '../backend/trainer.js';
-import { DataError } from '../errors.js';
+import { DataError, UsageError } from '../errors.js';
 import { NdjsonWriter, openInput, readLines, type SourceLine } from '../ndjson/index.js';
 import { parse, program } from '../program.js';
 import type { Step } from '../records/step.js';
@@ -46,6 +47,9 @@ export async function run(argv: string[]): Promise<void> {
   );
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<TrainOptions>();
+  if (o.keepCheckpoints > 0 && !o.out.includes('{step}')) {
+    throw new UsageError("--keep-checkpoints: --out must name each step's folder with {step}");
+  }
   const engines = (o.sync ?? []).map((url) => engineClient(url, o.engineKind));
   // Started before the input is read, so loading the model overlaps with the upstream producer.
   const trainer = await startTrainer(o);
@@ -67,6 +71,14 @@ export async function run(argv: string[]): Promise<void> {
         });
       }
       await writer.writeRaw(line);
+      // after the record: a reader that saw step K's record finds checkpoint K; older ones may go
+      if (o.keepCheckpoints > 0) {
+        pruneCheckpoints(o.out, record.step, {
+          last: o.keepCheckpoints,
+          every: o.keepEvery,
+          protect: [o.model],
+        });
+      }
     });
     output.catch(() => {}); // awaited after the input ends; a failure meanwhile stops the trainer
   };

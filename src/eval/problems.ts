@@ -22,18 +22,21 @@ export function benchmarkName(file: string): string {
     .replace(/^trajectories-/, '');
 }
 
+/** A whole input file (a CSV, a report.json) as text; a missing or unreadable one is a DataError naming it. */
+export async function readText(file: string): Promise<string> {
+  try {
+    return await readFile(file, 'utf8');
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    throw new DataError(`${file}: ${code === 'ENOENT' ? 'no such file' : (error as Error).message}`);
+  }
+}
+
 /** Reads one benchmark: NDJSON Problems, or GPQA's CSV shuffled into A-D with `seed`. */
 export async function loadBenchmark(file: string, format: ProblemsFormat, seed = 0): Promise<Benchmark> {
   let problems: Problem[];
   if (format === 'gpqa') {
-    let text: string;
-    try {
-      text = await readFile(file, 'utf8');
-    } catch (error) {
-      const code = (error as { code?: string }).code;
-      throw new DataError(`${file}: ${code === 'ENOENT' ? 'no such file' : (error as Error).message}`);
-    }
-    problems = gpqaProblems(text, file, { seed, source: `gpqa:${basename(file)}` });
+    problems = gpqaProblems(await readText(file), file, { seed, source: `gpqa:${basename(file)}` });
   } else {
     const seen = new Map<string, number>();
     problems = [];

@@ -1,4 +1,3 @@
-import { readFile } from 'node:fs/promises';
 import { DataError } from '../errors.js';
 import { type EvalSummary, Report } from '../records/eval.js';
 
@@ -7,6 +6,7 @@ export { Report };
 import type { EvalProblem } from '../records/eval.js';
 import { compareMetric, type PerProblem } from './bootstrap.js';
 import type { EvalSummaryRecord } from './metrics.js';
+import { readText } from './problems.js';
 
 export function makeReport(summaries: EvalSummaryRecord[], extra: Record<string, unknown> = {}): Report {
   return { v: 1, created: new Date().toISOString(), ...extra, benchmarks: summaries };
@@ -102,13 +102,7 @@ export function markdownReport(
 }
 
 export async function readReport(file: string): Promise<Report> {
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (error) {
-    const code = (error as { code?: string }).code;
-    throw new DataError(`${file}: ${code === 'ENOENT' ? 'no such file' : (error as Error).message}`);
-  }
+  const text = await readText(file);
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -134,7 +128,19 @@ const perProblemPassAtK = (k: number) => (p: EvalProblem) => {
 };
 
 /**
+ * A column's name for a report: a `.../NAME/report.json` path is its run's folder NAME, less an
+ * `eval-` prefix (`runs/demo/eval-sft/report.json` -> `sft`), so the header names runs, not paths.
+ */
+function columnLabel(label: string): string {
+  const parts = label.split(/[\\/]/).filter((p) => p !== '');
+  if (parts.length < 2 || parts[parts.length - 1] !== 'report.json') return label;
+  return (parts[parts.length - 2] as string).replace(/^eval-(?=.)/, '');
+}
+
+/**
  * A markdown table of B - A per benchmark and metric (e.g. A = the SFT checkpoint, B = after RL).
+ * `labels` name the two columns: report paths become their runs' names (both paths, should the
+ * names coincide).
  * Percent metrics are shown in points; a benchmark present on one side only shows blanks. Where
  * `paired` holds both sides' per-problem records, avg@n, pass@k and maj@n get a paired bootstrap
  * 95% interval of the difference (problems resampled, the same problems on both sides).
@@ -202,5 +208,7 @@ export function compareReports(
     pairs.length > 0
       ? `\n95% intervals: paired bootstrap over the ${pairs.join(' / ')} problems both sides evaluated (4000 resamples); an interval that excludes 0 is a change beyond problem-sampling noise.\n`
       : '';
-  return `${table(['benchmark', 'metric', labels[0], labels[1], 'Δ', '95% CI of Δ'], rows)}\n${note}`;
+  const named = labels.map(columnLabel);
+  const [la, lb] = named[0] === named[1] ? labels : named;
+  return `${table(['benchmark', 'metric', la as string, lb as string, 'Δ', '95% CI of Δ'], rows)}\n${note}`;
 }

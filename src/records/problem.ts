@@ -3,13 +3,24 @@ import { version } from './common.js';
 
 /** Input of `rollout` and `eval`: one problem with its reference answer. */
 export const Problem = z.looseObject({
-  v: version,
-  id: z.string().min(1),
-  prompt: z.string().min(1),
-  answer: z.string(),
-  kind: z.enum(['math', 'choice']).default('math'),
-  choices: z.array(z.string()).optional(),
-  source: z.string().optional(),
-  meta: z.record(z.string(), z.unknown()).optional(),
+  v: version.describe('record schema version (1)'),
+  id: z.string().min(1).describe('unique id of the problem within its file'),
+  prompt: z.string().min(1).describe('the question as the user asks it'),
+  answer: z
+    .string()
+    .describe('reference answer the verifier compares the final answer with (a letter for kind choice)'),
+  kind: z
+    .enum(['math', 'choice'])
+    .default('math')
+    .describe('math: equivalence of math answers; choice: a multiple-choice letter'),
+  choices: z
+    .array(z.string())
+    .optional()
+    .describe('the options of a choice problem, in the order their letters name them'),
+  source: z.string().optional().describe('where the problem comes from (benchmark, file)'),
+  meta: z
+    .record(z.string(), z.unknown())
+    .optional()
+    .describe('anything else the source carries, passed through'),
 });
 export type Problem = z.output<typeof Problem>;

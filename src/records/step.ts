@@ -3,19 +3,24 @@ import { version } from './common.js';
 
 /** Output of `train-step`: one optimiser step. */
 export const Step = z.looseObject({
-  v: version,
-  step: z.int().nonnegative(),
-  policy: z.string(),
-  checkpoint: z.string(),
-  loss: z.number(),
-  pg_clipfrac: z.number(),
-  approx_kl: z.number(),
-  entropy: z.number(),
-  grad_norm: z.number(),
-  lr: z.number(),
-  sequences: z.int().nonnegative(),
-  tokens: z.int().nonnegative(),
-  seconds: z.number().nonnegative(),
+  v: version.describe('record schema version (1)'),
+  step: z
+    .int()
+    .nonnegative()
+    .describe(
+      "the optimiser step's number (continues from the checkpoint's trainer_state.json, or end_batch's step)",
+    ),
+  policy: z.string().describe('policy id: --policy with {step} filled in, default the checkpoint path'),
+  checkpoint: z.string().describe('absolute path of the checkpoint this step wrote'),
+  loss: z.number().describe("mean loss over the step's loss tokens"),
+  pg_clipfrac: z.number().describe('GRPO: share of tokens whose ratio was clipped'),
+  approx_kl: z.number().describe('GRPO: approximate KL between the policy before and after the update'),
+  entropy: z.number().describe('mean token entropy of the policy on the batch'),
+  grad_norm: z.number().describe('gradient norm before clipping'),
+  lr: z.number().describe('learning rate used for this step'),
+  sequences: z.int().nonnegative().describe('records trained on'),
+  tokens: z.int().nonnegative().describe('prompt + response tokens trained on'),
+  seconds: z.number().nonnegative().describe('wall-clock seconds of the step'),
   /** Optimiser updates this step made (--mini-batches x --epochs; 0 for an empty numbered step). */
   updates: z.int().nonnegative().optional(),
   mini_batches: z.int().nonnegative().optional(),

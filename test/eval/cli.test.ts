@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -257,7 +257,8 @@ describe('rstar eval --from-trajectories', () => {
     const r = await rstar(['eval', '--compare', join(a, 'report.json'), join(b, 'report.json')]);
     assert.equal(r.code, 0, r.stderr);
     const rows = r.stdout.split('\n').filter((l) => l.startsWith('|'));
-    assert.match(rows[0], /\| benchmark \| metric \| .*cmp-a\/report\.json \| .*cmp-b\/report\.json \| Δ \|/);
+    // the columns are the runs' names, not their report paths
+    assert.match(rows[0], /^\| benchmark \| metric \| cmp-a \| cmp-b \| Δ \| 95% CI of Δ \|$/);
     const row = (metric: string) =>
       rows
         .find((l) => l.includes(`| ${metric} |`))
@@ -274,6 +275,45 @@ describe('rstar eval --from-trajectories', () => {
     const bad = await rstar(['eval', '--compare', broken, join(b, 'report.json')]);
     assert.equal(bad.code, 1);
     assert.match(bad.stderr, /broken\.json: benchmarks\.0\./);
+
+    // demo.sh's folders: eval-sft and eval-rl are the runs sft and rl
+    for (const run of ['eval-sft', 'eval-rl']) mkdirSync(join(dir, 'demo', run), { recursive: true });
+    copyFileSync(join(a, 'report.json'), join(dir, 'demo', 'eval-sft', 'report.json'));
+    copyFileSync(join(b, 'report.json'), join(dir, 'demo', 'eval-rl', 'report.json'));
+    const demo = await rstar([
+      'eval',
+      '--compare',
+      join(dir, 'demo', 'eval-sft', 'report.json'),
+      join(dir, 'demo', 'eval-rl', 'report.json'),
+    ]);
+    assert.equal(demo.code, 0, demo.stderr);
+    assert.match(demo.stdout, /^\| benchmark \| metric \| sft \| rl \| Δ \|/);
+  });
+
+  test('--curve: whole legend labels, and each RL stage end (a stageN evaluation) marked', async () => {
+    const points = [
+      { v: 1, step: 0, 'heldout_avg@n': 0.3, eval: 'sft' },
+      ...[1, 2, 3, 4].map((step) => ({ v: 1, step, train_reward: 0.1 * step })),
+      { v: 1, step: 2, 'heldout_avg@n': 0.4, eval: 'stage1' },
+      { v: 1, step: 3, 'heldout_avg@n': 0.45, eval: 'stage2' },
+      { v: 1, step: 4, 'heldout_avg@n': 0.5, eval: 'rl' },
+    ];
+    mkdirSync(join(dir, 'curve'));
+    const file = write('curve/curve.jsonl', ndjson(points));
+    const r = await rstar(['eval', '--curve', file]);
+    assert.equal(r.code, 0, r.stderr);
+    const svg = readFileSync(join(dir, 'curve', 'curve.svg'), 'utf8');
+    const texts = [...svg.matchAll(/<text[^>]*>([^<]*)<\/text>/g)].map((m) => m[1]);
+    for (const label of ['training reward (10-step mean)', 'training reward (step mean)', 'held-out avg@n']) {
+      assert.ok(
+        texts.includes(label),
+        `legend label '${label}' cut: ${texts.filter((t) => t.includes('…'))}`,
+      );
+    }
+    assert.deepEqual(
+      texts.filter((t) => t.includes('ends')),
+      ['stage 1 ends', 'stage 2 ends'],
+    );
   });
 });
 

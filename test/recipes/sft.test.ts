@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -62,17 +62,21 @@ describe('recipes/sft.sh', () => {
       assert.equal(config.vocab_size, 4096);
 
       // RSTAR_SFT_EVAL=0 (the main job's setting: it evaluates the checkpoint itself) trains the same
-      // way and leaves no evaluation behind, not even an earlier run's
-      const again = join(out, 'no-eval');
-      mkdirSync(again);
-      writeFileSync(join(again, 'eval.jsonl'), '{"name":"greedy","accuracy":1}\n');
-      const skipped = await recipe(again, { RSTAR_SFT_DATA: join(out, 'data'), RSTAR_SFT_EVAL: '0' });
+      // way and leaves no evaluation behind, not even the earlier run's; the evaluation is no
+      // setting of what OUT holds, so the same folder is reused (its data: no sft-data run)
+      const skipped = await recipe(out, { RSTAR_SFT_EVAL: '0' });
       assert.equal(skipped.code, 0, skipped.log.slice(-3000));
-      assert.equal(lines(readFileSync(join(again, 'metrics.jsonl'), 'utf8')).length, 3);
-      assert.ok(existsSync(join(again, 'ckpt', 'config.json')));
-      assert.equal(existsSync(join(again, 'eval.jsonl')), false);
-      assert.doesNotMatch(skipped.log, /rollout greedy|rollout sampled/);
+      assert.equal(lines(readFileSync(join(out, 'metrics.jsonl'), 'utf8')).length, 3);
+      assert.ok(existsSync(join(out, 'ckpt', 'config.json')));
+      assert.equal(existsSync(join(out, 'eval.jsonl')), false);
+      assert.doesNotMatch(skipped.log, /rollout greedy|rollout sampled|sft-data --synthetic/);
       assert.match(skipped.log, /no evaluation: RSTAR_SFT_EVAL=0/);
+
+      // another training set size would reuse OUT/data made with 48: refused before anything runs
+      const other = await recipe(out, { RSTAR_SFT_TRAIN: '40' });
+      assert.equal(other.code, 1, other.log);
+      assert.match(other.log, /RSTAR_SFT_TRAIN: '48' there; '40' now/);
+      assert.doesNotMatch(other.log, /sft-data|model-init/);
     } finally {
       rmSync(out, { recursive: true, force: true });
     }

@@ -1,0 +1,167 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { lines, ROOT } from '../support/helpers.js';
+
+/** The smallest main job the recipe allows: 3-step SFT, 3 + 2 + 2 RL steps of 2 problems x 4 rollouts. */
+const TINY: Record<string, string> = {
+  RSTAR_DEMO_STAGES: '3 2 2',
+  RSTAR_DEMO_TOKENS: '32 32 32',
+  RSTAR_DEMO_PROBLEMS: '2',
+  RSTAR_DEMO_KEEP: '2',
+  RSTAR_DEMO_DYNAMIC: '1',
+  RSTAR_DEMO_EVAL_N: '1',
+  RSTAR_DEMO_CURVE_N: '1',
+  RSTAR_DEMO_CURVE_EVERY: '2',
+  RSTAR_DEMO_KEEP_CHECKPOINTS: '1',
+};
+
+/** Runs bash with `args`; the environment is the test's own plus `env` (a value '' unsets it). */
+function run(args: string[], env: Record<string, string>): Promise<{ code: number; log: string }> {
+  const full: NodeJS.ProcessEnv = { ...process.env, ...env };
+  for (const [k, v] of Object.entries(env)) if (v === '') delete full[k];
+  return new Promise((resolve, reject) => {
+    const child = spawn('bash', args, {
+      cwd: ROOT,
+      env: full,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    let log = '';
+    child.stdout.setEncoding('utf8').on('data', (d) => {
+      log += d;
+    });
+    child.stderr.setEncoding('utf8').on('data', (d) => {
+      log += d;
+    });
+    // never leave an engine or a sandbox behind if the recipe hangs
+    const timer = setTimeout(() => process.kill(-(child.pid as number), 'SIGTERM'), 600_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? 1, log });
+    });
+  });
+}
+
+const recipe = (script: string, args: string[], env: Record<string, string>) =>
+  run([`${ROOT}recipes/${script}`, ...args], env);
+
+const stepFolders = (rl: string): number[] =>
+  readdirSync(rl)
+    .filter((n) => /^step-\d+$/.test(n))
+    .map((n) => Number(n.slice(5)))
+    .sort((a, b) => a - b);
+
+describe('recipes/smoke.sh and demo.sh: a run folder is reused only by a run of the same settings', () => {
+  let out: string;
+  let first: { code: number; log: string };
+  before(async () => {
+    out = mkdtempSync(join(tmpdir(), 'rstar-demo-recipe-'));
+    first = await recipe('smoke.sh', [out], TINY);
+  });
+  after(() => rmSync(out, { recursive: true, force: true }));
+
+  it('runs the whole pipeline, says what it checked, keeps the last checkpoint and the evaluated ones', () => {
+    assert.equal(first.code, 0, first.log.slice(-4000));
+    assert.match(first.log, /smoke: the pipeline ran end to end: 7 RL steps checkpointed and served/);
+    assert.match(readFileSync(join(out, 'manifest.txt'), 'utf8'), /^RSTAR_DEMO_STAGES=3 2 2$/m);
+    assert.match(readFileSync(join(out, 'sft', 'manifest.txt'), 'utf8'), /^RSTAR_SFT_QUICK=1$/m);
+    assert.ok(existsSync(join(out, 'compare.md')));
+    const rl = join(out, 'rl');
+    assert.deepEqual(
+      lines<{ step: number }>(readFileSync(join(rl, 'steps.jsonl'), 'utf8')).map((s) => s.step),
+      [1, 2, 3, 4, 5, 6, 7],
+    );
+    // --keep-checkpoints 1 --keep-every 2 (the curve's steps): step-5, where stage 3 started, stays
+    // as train-step's --model; 1 and 3 are gone, after the curve evaluated step 3 as stage 1's end
+    assert.deepEqual(stepFolders(rl), [2, 4, 5, 6, 7]);
+    for (const name of ['sft', 'step2', 'stage1', 'step4', 'stage2', 'rl']) {
+      assert.ok(existsSync(join(out, `eval-${name}`, 'report.json')), `eval-${name}`);
+    }
+  });
+
+  it('resumes among pruned checkpoints: the finished stages return, stage 3 continues from its newest', async () => {
+    assert.equal(first.code, 0);
+    // as if killed before step 7's checkpoint
+    rmSync(join(out, 'rl', 'step-7'), { recursive: true });
+    rmSync(join(out, 'eval-rl'), { recursive: true });
+    const again = await recipe('smoke.sh', [out], TINY);
+    assert.equal(again.code, 0, again.log.slice(-4000));
+    assert.match(again.log, /rl: every step up to 3 is done \(.*step-6\)/);
+    assert.match(again.log, /rl: resuming after step 6/);
+    assert.doesNotMatch(again.log, /SFT stage/);
+    // step-5 was the first process's --model, not this one's: pruned now
+    assert.deepEqual(stepFolders(join(out, 'rl')), [2, 4, 6, 7]);
+    assert.ok(existsSync(join(out, 'eval-rl', 'report.json')));
+  });
+
+  it('refuses a rerun with other settings before anything runs, naming each setting', async () => {
+    assert.equal(first.code, 0);
+    const before = readdirSync(join(out, 'rl')).sort();
+    const other = await recipe('demo.sh', [out], {
+      ...TINY,
+      RSTAR_SFT_QUICK: '1',
+      RSTAR_DEMO_STAGES: '4 2 1',
+    });
+    assert.equal(other.code, 1, other.log);
+    assert.match(other.log, /RSTAR_DEMO_STAGES: '3 2 2' there; '4 2 1' now/);
+    assert.match(other.log, /RSTAR_FRESH=1 to delete/);
+    assert.doesNotMatch(other.log, /SFT stage|engine-serve|RL stage/);
+    assert.deepEqual(readdirSync(join(out, 'rl')).sort(), before);
+
+    // the README's trap: the main job on the smoke run's folder would take its 3-step SFT checkpoint
+    const full = await recipe('demo.sh', [out], { ...TINY, RSTAR_SFT_QUICK: '' });
+    assert.equal(full.code, 1, full.log);
+    assert.match(full.log, /RSTAR_SFT_QUICK: '1' there; '0' now/);
+    assert.match(full.log, /RSTAR_SFT_TRAIN: '48' there; '5000' now/);
+    assert.match(full.log, /demo: .*sft: made with other SFT settings/);
+
+    // RSTAR_CHECK_ONLY=1 compares and never deletes, not even with RSTAR_FRESH=1
+    const checked = await recipe('demo.sh', [out], {
+      ...TINY,
+      RSTAR_SFT_QUICK: '1',
+      RSTAR_DEMO_SEED: '1',
+      RSTAR_FRESH: '1',
+      RSTAR_CHECK_ONLY: '1',
+    });
+    assert.equal(checked.code, 1, checked.log);
+    assert.match(checked.log, /RSTAR_DEMO_SEED: '0' there; '1' now/);
+    const same = await recipe('demo.sh', [out], { ...TINY, RSTAR_SFT_QUICK: '1', RSTAR_CHECK_ONLY: '1' });
+    assert.equal(same.code, 0, same.log);
+    assert.match(same.log, /demo: .*: settings match/);
+    assert.deepEqual(readdirSync(join(out, 'rl')).sort(), before);
+  });
+
+  it('RSTAR_FRESH=1 deletes a folder made with other settings and records the new ones; an unrecorded one is refused', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rstar-manifest-'));
+    try {
+      // what a recipe runs at its top: recipes/lib.sh's check, on OUT = dir/run
+      const check = (env: Record<string, string>, setting: string) =>
+        run(
+          [
+            '-c',
+            `source recipes/lib.sh; e=0; occupied "$1" && e=1; check_manifest "$1/manifest.txt" $e "$1" ${setting}`,
+            'check',
+            join(dir, 'run'),
+          ],
+          env,
+        );
+      assert.equal((await check({}, 'A=1')).code, 0);
+      writeFileSync(join(dir, 'run', 'ckpt'), 'old');
+      rmSync(join(dir, 'run', 'manifest.txt'));
+      const unrecorded = await check({}, 'A=1');
+      assert.equal(unrecorded.code, 1);
+      assert.match(unrecorded.log, /no manifest\.txt: made by an earlier version of the recipe/);
+      const fresh = await check({ RSTAR_FRESH: '1' }, 'A=2');
+      assert.equal(fresh.code, 0, fresh.log);
+      assert.equal(existsSync(join(dir, 'run', 'ckpt')), false);
+      assert.equal(readFileSync(join(dir, 'run', 'manifest.txt'), 'utf8'), 'A=2\n');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
