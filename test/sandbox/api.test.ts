@@ -581,7 +581,11 @@ describe('--max-queue and shutdown with calls queued', () => {
   test('SIGTERM answers queued calls queue_timeout and lets the running one finish, each answered once', async () => {
     const server = await startGuardedServer(ARGS);
     let answers = 0;
-    const counted = (p: Promise<Result>) => p.then((r) => ((answers += 1), r));
+    const counted = async (p: Promise<Result>) => {
+      const r = await p;
+      answers += 1;
+      return r;
+    };
     const running = counted(run(server.url, SLOW));
     await waitForMetric(server.url, /rstar_sandbox_inflight 1\b/);
     const queued = [counted(run(server.url, 'print(1)')), counted(run(server.url, 'print(2)'))];
