@@ -1,3 +1,4 @@
+// Catches: RoC selection drifting from the release (rounding, minimum bounds `<=` at the boundary, penalty order, slicing).
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { formatPenalty, scoreText, toolErrorPenalty } from '../../src/algo/penalty.js';
@@ -203,6 +204,23 @@ describe('rocSelect (resample_of_correct per uid)', () => {
     const one = rocSelect(group('++++++--'), { ...OPTS, keep: 4, minPos: 3, minNeg: 3 });
     assert.equal(one.outcome, 'sampled');
     assert.deepEqual([one.positives, one.negatives], [3, 1]);
+  });
+
+  it('raises at exactly --min-neg / --min-pos (`<=`, not `<`): the boundary is where the rounded targets overshoot', () => {
+    // A rounded count equal to its minimum changes the result only when both targets rounded the same way
+    // (two .5 ties: odd --keep), so these use keep 7 on 7+/7-: round(3.5) = 4 each.
+    const neg = rocSelect(group('+-'.repeat(7)), { ...OPTS, keep: 7, minPos: 0, minNeg: 4 });
+    // negatives 4 <= min(4, 7): neg = 4, pos = 7 - 4 = 3; with `<` both stay 4 (8 kept).
+    assert.deepEqual([neg.positives, neg.negatives, neg.sizeMismatch], [3, 4, false]);
+    const pos = rocSelect(group('+-'.repeat(7)), { ...OPTS, keep: 7, minPos: 4, minNeg: 0 });
+    // positives 4 <= min(4, 7): pos = 4, neg = 3.
+    assert.deepEqual([pos.positives, pos.negatives, pos.sizeMismatch], [4, 3, false]);
+    // min(min, n_class) bound by the class size: 4 negatives of 8 at keep 7 is round(3.5) = 4 = min(5, 4).
+    const capped = rocSelect(group('++++----'), { ...OPTS, keep: 7, minPos: 0, minNeg: 5 });
+    assert.deepEqual([capped.positives, capped.negatives, capped.sizeMismatch], [3, 4, false]);
+    // One above the boundary leaves the targets alone (4 > min(3, 7)): the release's odd-keep overshoot.
+    const above = rocSelect(group('+-'.repeat(7)), { ...OPTS, keep: 7, minPos: 3, minNeg: 3 });
+    assert.deepEqual([above.positives, above.negatives, above.sizeMismatch], [4, 4, true]);
   });
 
   it('follows Python slicing when adjusted counts go negative', () => {

@@ -1,3 +1,4 @@
+// Catches: train-step CLI/driver bugs (records sent wrong, bad input accepted, resident mode, data-parallel updates differing from one process); runs the Python backend suites, src/backend/tests.
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';

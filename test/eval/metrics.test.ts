@@ -1,3 +1,4 @@
+// Catches: wrong pass@k / avg@n / maj@n arithmetic (maj@n tie rules: half-rewarded winner, first-seen class), CSV and GPQA parsing slips.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { avgAtN, majorityVote, passAtK, passAtKCurve, reportedKs } from '../../src/algo/pass-at-k.js';
@@ -144,6 +145,38 @@ describe('per-problem records and summaries', () => {
     );
     assert.equal(wrong['maj@n'], 0);
     assert.equal(wrong.correct, 1);
+  });
+
+  test('maj@n tie rules: exactly half the winning class rewarded counts; tied classes go to the first seen', async () => {
+    // "at least half of the winning class's samples were rewarded" (docs/eval.md): 1 of 2 is enough.
+    const half = await problemRecord(
+      'b',
+      'q',
+      [
+        sample('q', 0, { answer: '4', reward: 1 }),
+        sample('q', 1, { answer: '4', reward: 0 }),
+        sample('q', 2, { answer: '5', reward: 0 }),
+      ],
+      exactSame,
+    );
+    assert.deepEqual([half.maj_answer, half.maj_votes, half['maj@n']], ['4', 2, 1]);
+    // Two classes of two votes: the one seen first in sample order wins, whatever its reward.
+    const tied = (first: string) =>
+      problemRecord(
+        'b',
+        'q',
+        [
+          sample('q', 0, { answer: first, reward: first === '8' ? 1 : 0 }),
+          sample('q', 1, { answer: first === '8' ? '9' : '8', reward: first === '8' ? 0 : 1 }),
+          sample('q', 2, { answer: first, reward: first === '8' ? 1 : 0 }),
+          sample('q', 3, { answer: first === '8' ? '9' : '8', reward: first === '8' ? 0 : 1 }),
+        ],
+        exactSame,
+      );
+    const right = await tied('8');
+    assert.deepEqual([right.maj_answer, right['maj@n']], ['8', 1]);
+    const wrong = await tied('9');
+    assert.deepEqual([wrong.maj_answer, wrong['maj@n']], ['9', 0]);
   });
 
   test('summary: macro averages, pass@k up to the smallest n, tool and length statistics', async () => {

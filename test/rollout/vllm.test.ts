@@ -1,3 +1,4 @@
+// Catches: the vLLM client sending the wrong request (token ids, sampling params, seed) or misreading ids, log-probs, capacity and reloads.
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { after, before, describe, it } from 'node:test';
@@ -88,6 +89,8 @@ describe('vLLM client', () => {
       seed: 5,
     });
     assert.equal((await c.generate([1], 3, { temperature: 1, topP: 1 })).finishReason, 'length');
+    // Sampling values pass as given, and no seed is invented when the run has none.
+    assert.deepEqual([bodies[1].temperature, bodies[1].top_p, 'seed' in bodies[1]], [1, 1, false]);
     assert.equal(await c.model(), '/models/qwen3-14b');
   });
 

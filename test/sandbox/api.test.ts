@@ -1,3 +1,4 @@
+// Catches: code-judge API drift, wrong results/limits, a queue that hangs or ignores --max-queue, shutdown that drops queued calls or leaves processes.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -537,6 +538,75 @@ describe('overload, auth and shutdown', () => {
     const r = await pending;
     assert.equal(r.body.stdout, 'done\n');
     assert.deepEqual(await stopped, []);
+  });
+});
+
+/** Polls /metrics until `pattern` matches (a call running, a call queued), or fails after 10 s. */
+async function waitForMetric(url: string, pattern: RegExp): Promise<void> {
+  for (let i = 0; i < 200; i += 1) {
+    if (pattern.test(await (await fetch(`${url}/metrics`)).text())) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`metrics never matched ${pattern}`);
+}
+
+describe('--max-queue and shutdown with calls queued', () => {
+  // A queue timeout far above what the calls take: a queue_timeout here can only be the --max-queue bound
+  // (or shutdown), not a call that waited too long.
+  const ARGS = ['--workers', '1', '--timeout', '8', '--queue-timeout', '30'];
+  const SLOW = 'import time\ntime.sleep(1.5)\nprint("slow")';
+
+  test('with --max-queue 1, one call running and one queued, the next is refused at once', async () => {
+    const server = await startGuardedServer([...ARGS, '--max-queue', '1']);
+    try {
+      const running = run(server.url, SLOW);
+      await waitForMetric(server.url, /rstar_sandbox_inflight 1\b/);
+      const queued = run(server.url, 'print("queued")');
+      await waitForMetric(server.url, /rstar_sandbox_queue_depth 1\b/);
+      const started = performance.now();
+      const refused = await run(server.url, 'print("refused")');
+      const elapsed = performance.now() - started;
+      assert.equal(refused.reason, 'queue_timeout');
+      assert.equal(refused.success, false);
+      // Refused, not queued: answered well before the running call ends (1.5 s), let alone the 30 s queue timeout.
+      assert.ok(elapsed < 700, `refused after ${elapsed.toFixed(0)} ms`);
+      const [a, b] = await Promise.all([running, queued]);
+      assert.deepEqual([a.reason, a.stdout], ['', 'slow\n']);
+      assert.deepEqual([b.reason, b.stdout], ['', 'queued\n'], 'the queued call still runs');
+    } finally {
+      assert.deepEqual(await server.stop(), []);
+    }
+  });
+
+  test('SIGTERM answers queued calls queue_timeout and lets the running one finish, each answered once', async () => {
+    const server = await startGuardedServer(ARGS);
+    let answers = 0;
+    const counted = async (p: Promise<Result>) => {
+      const r = await p;
+      answers += 1;
+      return r;
+    };
+    const running = counted(run(server.url, SLOW));
+    await waitForMetric(server.url, /rstar_sandbox_inflight 1\b/);
+    const queued = [counted(run(server.url, 'print(1)')), counted(run(server.url, 'print(2)'))];
+    await waitForMetric(server.url, /rstar_sandbox_queue_depth 2\b/);
+    const started = performance.now();
+    const stopped = server.stop();
+    const waiting = await Promise.all(queued);
+    const elapsed = performance.now() - started;
+    assert.deepEqual(
+      waiting.map((r) => [r.reason, r.success]),
+      [
+        ['queue_timeout', false],
+        ['queue_timeout', false],
+      ],
+    );
+    // Answered at shutdown, not after the running call (which has ~1.5 s left) or the 30 s queue timeout.
+    assert.ok(elapsed < 1000, `queued calls answered after ${elapsed.toFixed(0)} ms`);
+    const r = await running;
+    assert.deepEqual([r.reason, r.stdout], ['', 'slow\n']);
+    assert.deepEqual(await stopped, [], 'nothing left behind');
+    assert.equal(answers, 3);
   });
 });
 

@@ -1,5 +1,6 @@
+// Catches: sandbox escapes and missing limits (fork/thread bombs, memory, files, signals, the network, secrets) that a test guard would otherwise mask.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { type GuardedServer, startGuardedServer } from '../support/guard.js';
 
@@ -13,6 +14,19 @@ type Result = {
 };
 
 const SECRET = `s3cret-${process.pid}`;
+
+/** A file of the guard's pids cgroup (the server's own v1 pids group), or undefined without one. */
+function guardPidsFile(server: GuardedServer, file: string): string | undefined {
+  const line = readFileSync(`/proc/${server.pid}/cgroup`, 'utf8')
+    .split('\n')
+    .find((l) => l.split(':')[1]?.split(',').includes('pids'));
+  const path = `/sys/fs/cgroup/pids${line?.split(':')[2] ?? ''}/${file}`;
+  return line && existsSync(path) ? path : undefined;
+}
+
+/** Forks refused by a pids cgroup's limit so far (`max` in pids.events). */
+const forkRefusals = (events: string): number =>
+  Number(/^max (\d+)/m.exec(readFileSync(events, 'utf8'))?.[1] ?? 0);
 
 /**
  * Hostile programs against one guarded service (its own cgroup caps pids and memory, so a
@@ -88,11 +102,25 @@ describe('hostile code', () => {
     await unharmed();
   });
 
-  test('fork bomb', async () => {
+  test("fork bomb: stopped by the sandbox's own process limit, far below the guard's", async () => {
+    // Every process forks until a fork is refused; then it holds its slot (sleeps), except the call's PID 1,
+    // which counts the processes of its namespace and fails. (Children that retried instead would keep the
+    // CPUs busy and PID 1 could miss the deadline on a loaded machine.) A timeout or the guard's pids.max (600) would also fail the call, so the
+    // test asserts what only the sandbox's limit (RLIMIT_NPROC 64, worker pids.max 80) gives: a quick end
+    // on EAGAIN, at most ~80 processes, and no fork refused by the guard.
+    const guardEvents = guardPidsFile(server, 'pids.events');
+    const refusedBefore = guardEvents ? forkRefusals(guardEvents) : 0;
     const r = await run(
-      'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass',
+      'import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        if os.getpid() != 1:\n            time.sleep(60)\n        print(len([p for p in os.listdir("/proc") if p.isdigit()]), flush=True)\n        raise',
     );
-    assert.equal(r.success, false);
+    assert.equal(r.reason, '', JSON.stringify(r)); // a failed program, not worker_timeout or memory_limit
+    assert.equal(r.run_success, false);
+    assert.match(r.stderr, /BlockingIOError|Resource temporarily unavailable/);
+    assert.ok(r.cost < 2.5, `ended after ${r.cost} s (timeout 3 s): the limit, not the clock, stopped it`);
+    const peak = Number(r.stdout.trim());
+    assert.ok(peak > 8 && peak <= 80, `processes at the refused fork: ${JSON.stringify(r.stdout)}`);
+    if (guardEvents)
+      assert.equal(forkRefusals(guardEvents), refusedBefore, "the guard's pids.max refused no fork");
     await unharmed();
   });
 

@@ -24,6 +24,12 @@ export interface FakeOptions {
    * gets `replies[k % replies.length]` (single-turn scripts, e.g. right and wrong answers for GRPO groups).
    */
   cycle?: { match: string; replies: string[] }[];
+  /**
+   * Replies drawn by the request's `sampling_seed`, as a sampling engine would: where the prompt contains
+   * `match`, a request gets `replies[sampling_seed % replies.length]` (a random one without a seed), so
+   * a rerun with the same seeds repeats every turn and another seed does not.
+   */
+  seeded?: { match: string; replies: string[] }[];
   /** The weight_version served at start (SGLang's; default "0"). */
   weightVersion?: string;
   msPerToken?: number;
@@ -36,6 +42,8 @@ export interface FakeStats {
   completed: number;
   maxUsed: number;
   reloads: string[];
+  /** Every /generate request as received, in arrival order: its input ids and whole `sampling_params`. */
+  generated: { input_ids: number[]; sampling_params: Record<string, unknown> }[];
 }
 
 /** Deterministic, distinct per position and token, so tests can check alignment. */
@@ -47,7 +55,7 @@ async function serve(o: FakeOptions): Promise<void> {
   let used = 0;
   let running = 0;
   const waiting: { need: number; go: () => void }[] = [];
-  const stats: FakeStats = { requests: 0, completed: 0, maxUsed: 0, reloads: [] };
+  const stats: FakeStats = { requests: 0, completed: 0, maxUsed: 0, reloads: [], generated: [] };
   let model = o.modelPath ?? 'fake-model';
   let version = o.weightVersion ?? '0';
   const cycled = new Map<string, number>();
@@ -108,10 +116,11 @@ async function serve(o: FakeOptions): Promise<void> {
       if (req.method === 'POST' && req.url === '/generate') {
         const b = (await body(req)) as {
           input_ids: number[];
-          sampling_params: { max_new_tokens: number };
+          sampling_params: { max_new_tokens: number; sampling_seed?: number };
           return_logprob?: boolean;
         };
         stats.requests++;
+        stats.generated.push({ input_ids: b.input_ids, sampling_params: b.sampling_params });
         const maxNew = b.sampling_params.max_new_tokens;
         const text = tk.decode(b.input_ids);
         const turn = text.split('<|im_start|>assistant').length - 2;
@@ -122,6 +131,11 @@ async function serve(o: FakeOptions): Promise<void> {
           const k = cycled.get(text) ?? 0; // counted per prompt: each group alternates on its own
           cycled.set(text, k + 1);
           reply = cycle.replies[k % cycle.replies.length];
+        }
+        const seeded = o.seeded?.find((c) => text.includes(c.match));
+        if (seeded) {
+          const seed = b.sampling_params.sampling_seed ?? Math.floor(Math.random() * 2 ** 31);
+          reply = seeded.replies[seed % seeded.replies.length];
         }
         let ids = [...tk.encode(reply), eos];
         const finish =

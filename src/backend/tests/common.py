@@ -1,6 +1,8 @@
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -86,3 +88,39 @@ def read_json(path):
 def write_json(path, value):
     with open(path, "w") as f:
         json.dump(value, f)
+
+
+BACKEND = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(case, script, config, data, world):
+    """Runs `script` (argv: backend dir, config JSON) as `world` gloo ranks on 127.0.0.1, rank 0 reading
+    `data`; asserts every rank exits 0 and returns rank 0's Step records."""
+    path = case.path("rank.py")
+    with open(path, "w") as f:
+        f.write(script)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+    if world > 1:
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
+    procs = []
+    with open(data) as stdin:
+        for rank in range(world):
+            procs.append(subprocess.Popen(
+                [sys.executable, path, BACKEND, json.dumps(config)], env=dict(env, RANK=str(rank)),
+                stdin=stdin if rank == 0 else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True))
+    outs = []
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (_, err) in zip(procs, outs):
+        case.assertEqual(p.returncode, 0, err)
+    return [json.loads(line) for line in outs[0][0].splitlines() if line.strip()]

@@ -5,16 +5,8 @@ inside the backward, as FSDP2 with a divide factor of 1 does: a collective in ev
 must then match one process: every rank runs as many passes (idle ones on the short rank, or the
 collectives pair up wrongly), the loss is not scaled twice, and every rank takes part in the save."""
 
-import json
-import os
-import socket
-import subprocess
-import sys
-
-from common import SETTINGS, TempDirCase, write_jsonl
+from common import SETTINGS, TempDirCase, run_ranks, write_jsonl
 from rstar_backend.checkpoint import load_state_dict
-
-BACKEND = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RANK = """
 import json, sys
@@ -40,36 +32,9 @@ sys.exit(train.main(["--config", sys.argv[2]]))
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ShardedGlue(TempDirCase):
     def run_ranks(self, config, data, world):
-        script = self.path("rank.py")
-        with open(script, "w") as f:
-            f.write(RANK)
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
-        if world > 1:
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
-        procs = []
-        with open(data) as stdin:
-            for rank in range(world):
-                procs.append(subprocess.Popen(
-                    [sys.executable, script, BACKEND, json.dumps(config)], env=dict(env, RANK=str(rank)),
-                    stdin=stdin if rank == 0 else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True))
-        outs = []
-        try:
-            outs = [p.communicate(timeout=120) for p in procs]
-        finally:
-            for p in procs:
-                p.kill()
-        for p, (_, err) in zip(procs, outs):
-            self.assertEqual(p.returncode, 0, err)
-        return [json.loads(line) for line in outs[0][0].splitlines() if line.strip()]
+        return run_ranks(self, RANK, config, data, world)
 
     def test_two_sharded_ranks_with_uneven_shares_match_one_process(self):
         m0 = self.checkpoint()
