@@ -51,7 +51,10 @@ export class EngineHealth<R extends TurnRequest> {
   setAside(engine: number, cause?: string): void {
     if (this.core.isAlive(engine) && this.#othersAlive(engine)) {
       this.core.setAlive(engine, false);
-      this.#report(engine, `failed a turn${cause === undefined ? '' : ` (${this.#cause(engine, cause)})`}: set aside`);
+      this.#report(
+        engine,
+        `failed a turn${cause === undefined ? '' : ` (${this.#cause(engine, cause)})`}: set aside`,
+      );
     }
     // Without a periodic scrape no probe may be pending: start one (again).
     if (this.#timer === undefined || this.scrapeMs <= 0) {
