@@ -20,6 +20,8 @@ const stderrLog: HealthLog = (line) => void process.stderr.write(`${line}\n`);
 export class EngineHealth<R extends TurnRequest> {
   #timer: NodeJS.Timeout | undefined;
   #stopped = false;
+  /** Cancels the probes in flight at `stop`: one to a hung engine would hold the process for its timeout. */
+  #probes = new AbortController();
   /** Engines whose probe has not come back yet: a hung one is not probed twice at once. */
   #probing = new Set<number>();
   /** Engines reported down on the log, so each transition is said once. */
@@ -42,6 +44,7 @@ export class EngineHealth<R extends TurnRequest> {
   stop(): void {
     this.#stopped = true;
     clearTimeout(this.#timer);
+    this.#probes.abort();
   }
 
   /**
@@ -98,7 +101,7 @@ export class EngineHealth<R extends TurnRequest> {
     const engine = this.engines[e];
     const seq = this.core.sequence;
     try {
-      const cap = await engine.capacity().catch((error: unknown) => {
+      const cap = await engine.capacity(this.#probes.signal).catch((error: unknown) => {
         // A 4xx is an answer: the engine is up, it only does not report its capacity.
         if (error instanceof EngineError && !error.retryable) return undefined;
         throw error;
@@ -107,6 +110,7 @@ export class EngineHealth<R extends TurnRequest> {
       if (this.#down.delete(e)) this.log(`rollout: engine ${engine.url} answers again: back in the rotation`);
       if (cap !== undefined) this.core.observe(e, cap, seq);
     } catch (error) {
+      if (this.#stopped) return;
       this.#notAnswering(e, this.#cause(e, (error as Error).message));
     }
     if (this.#stopped) return;

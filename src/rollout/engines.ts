@@ -24,8 +24,8 @@ export interface EngineClient {
   readonly url: string;
   readonly kind: EngineKind;
   generate(inputIds: readonly number[], maxNewTokens: number, sampling: SamplingOptions): Promise<Generation>;
-  /** Scraped KV capacity, or undefined when the engine does not say. */
-  capacity(): Promise<Capacity | undefined>;
+  /** Scraped KV capacity, or undefined when the engine does not say; `signal` cancels the probe. */
+  capacity(signal?: AbortSignal): Promise<Capacity | undefined>;
   /** The model or checkpoint the engine serves (the trajectories' `policy`). */
   model(): Promise<string>;
   /**
@@ -102,8 +102,8 @@ abstract class HttpEngine {
   }
 
   /** Metrics and info: a few seconds at most. */
-  protected probe(path: string): Promise<unknown> {
-    return this.#http.request('GET', path, { timeoutMs: this.#probeMs });
+  protected probe(path: string, signal?: AbortSignal): Promise<unknown> {
+    return this.#http.request('GET', path, { timeoutMs: this.#probeMs, signal });
   }
 
   abortInflight(reason: string): number {
@@ -160,9 +160,9 @@ export class SglangClient extends HttpEngine implements EngineClient {
     return gen;
   }
 
-  async capacity(): Promise<Capacity | undefined> {
+  async capacity(signal?: AbortSignal): Promise<Capacity | undefined> {
     if (this.#total === undefined) {
-      const info = (await this.probe('/get_server_info')) as {
+      const info = (await this.probe('/get_server_info', signal)) as {
         max_total_num_tokens?: number;
       };
       const total = info?.max_total_num_tokens;
@@ -170,7 +170,7 @@ export class SglangClient extends HttpEngine implements EngineClient {
       this.#total = total;
     }
     // A dead engine must fail here (the runner probes with this); a missing endpoint is fine.
-    const metrics = await this.probe('/metrics').catch((e: EngineError) => {
+    const metrics = await this.probe('/metrics', signal).catch((e: EngineError) => {
       if (e.retryable) throw e;
       return '';
     });
@@ -264,8 +264,8 @@ export class VllmClient extends HttpEngine implements EngineClient {
     };
   }
 
-  async capacity(): Promise<Capacity | undefined> {
-    const text = await this.probe('/metrics');
+  async capacity(signal?: AbortSignal): Promise<Capacity | undefined> {
+    const text = await this.probe('/metrics', signal);
     if (typeof text !== 'string') return undefined;
     const usage =
       promSample(text, 'vllm:kv_cache_usage_perc') ?? promSample(text, 'vllm:gpu_cache_usage_perc');

@@ -36,6 +36,8 @@ export interface RequestOptions {
   timeoutMs: number;
   /** Abort it with `abortInflight` (generation and reloads; short probes just time out). */
   abortable?: boolean;
+  /** The caller's own cancellation (a health monitor that stops). */
+  signal?: AbortSignal;
 }
 
 export class EngineHttp {
@@ -55,9 +57,11 @@ export class EngineHttp {
     const deadline = AbortSignal.timeout(options.timeoutMs);
     const own = options.abortable ? new AbortController() : undefined;
     if (own) this.#inflight.add(own);
-    const signal = own ? AbortSignal.any([deadline, own.signal]) : deadline;
+    const signals = [deadline, own?.signal, options.signal].filter((x) => x !== undefined);
+    const signal = signals.length > 1 ? AbortSignal.any(signals) : deadline;
     const failure = (error: unknown): EngineError => {
       if (own?.signal.aborted) return new EngineError(`${what}: ${String(own.signal.reason)}`);
+      if (options.signal?.aborted) return new EngineError(`${what}: cancelled`);
       const code = (error as { cause?: { code?: string } }).cause?.code ?? (error as { code?: string }).code;
       if (deadline.aborted || (code !== undefined && TIMEOUT_CODES.has(code)))
         return new EngineError(`${what} timed out after ${seconds(options.timeoutMs)}`);
