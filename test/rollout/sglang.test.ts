@@ -448,7 +448,11 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
         await new Promise((resolve) => setTimeout(resolve, 25));
       hung.pause();
       const t0 = performance.now();
-      const code = await exited;
+      // Bounded: without the set-aside the run would wait out the 600 s engine timeout.
+      const code = await Promise.race([
+        exited,
+        new Promise((resolve) => setTimeout(resolve, 40_000, 'hung')),
+      ]);
       const seconds = (performance.now() - t0) / 1000;
       assert.equal(code, 0, stderr);
       // 5 s of probe timeout, then the turns run again on the other engine: far from the 600 s
