@@ -21,13 +21,13 @@ export class EngineError extends Error {
 }
 
 /** `5 s`, `1.5 s`: how an error says a duration. */
-export const seconds = (ms: number): string => `${Number((ms / 1000).toFixed(3))} s`;
+const seconds = (ms: number): string => `${Number((ms / 1000).toFixed(3))} s`;
 
 /** undici's timeout codes: the engine sent no headers, or stopped sending the body, in time. */
-const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 
 /** The dispatcher's timeouts for an engine timeout setting: the setting, never undici's defaults. */
-export function dispatcherTimeouts(timeoutMs: number): { headersTimeout: number; bodyTimeout: number } {
+function dispatcherTimeouts(timeoutMs: number): { headersTimeout: number; bodyTimeout: number } {
   return { headersTimeout: timeoutMs, bodyTimeout: timeoutMs };
 }
 
