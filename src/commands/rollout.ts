@@ -22,7 +22,7 @@ import {
   sharedRolloutOptions,
   sharedSettings,
 } from '../rollout/options.js';
-import { finishedIds } from '../rollout/resume.js';
+import { dropStepsFrom, finishedIds } from '../rollout/resume.js';
 import { lengthsByProblem } from '../rollout/scheduler-prior.js';
 import { rolloutSteps } from '../rollout/steps.js';
 import { startSandbox } from '../sandbox/embedded.js';
@@ -64,6 +64,8 @@ async function runSteps(problems: Problem[], options: RolloutOptions, f: Flags):
   const out = new NdjsonWriter();
   const stop = new AbortController();
   let saving: { file: string; tmp: string; lines: string[] } | undefined;
+  // The steps about to run again append their lines anew: one line per step.
+  if (f.stepStats !== undefined) dropStepsFrom(f.stepStats, f.startStep);
   try {
     for await (const item of rolloutSteps(problems, options, {
       batch: f.batch!,

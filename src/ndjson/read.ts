@@ -1,3 +1,4 @@
+import { constants } from 'node:buffer';
 import { createReadStream } from 'node:fs';
 import type { Readable } from 'node:stream';
 import type { z } from 'zod';
@@ -24,24 +25,47 @@ export function openInput(file?: string): { stream: Readable; source: string } {
 }
 
 /**
- * Splits a byte stream into lines without holding more than one partial line in memory.
+ * The longest line read by default: Node's string limit (in UTF-16 units, and a UTF-8 line decodes
+ * to at most as many units as it has bytes), past which decoding fails with no FILE:LINE.
+ */
+export const MAX_LINE_BYTES = constants.MAX_STRING_LENGTH;
+
+export interface LineOptions {
+  /** Longer lines fail with `FILE:LINE: line longer than N bytes` (default `MAX_LINE_BYTES`). */
+  maxLineBytes?: number;
+}
+
+/**
+ * Splits a byte stream into lines without holding more than one partial line in memory, and never
+ * more than `maxLineBytes` of it: a line past the limit fails as soon as it is, newline or not.
  * Back-pressure comes for free: the stream is only read as fast as the consumer iterates.
  */
-export async function* readLines(stream: Readable, source: string): AsyncGenerator<SourceLine> {
+export async function* readLines(
+  stream: Readable,
+  source: string,
+  { maxLineBytes = MAX_LINE_BYTES }: LineOptions = {},
+): AsyncGenerator<SourceLine> {
   let pending: Buffer[] = [];
+  let pendingBytes = 0;
   let line = 0;
+  const tooLong = (bytes: number) => {
+    if (bytes > maxLineBytes)
+      throw new DataError(`${source}:${line + 1}: line longer than ${maxLineBytes} bytes`);
+  };
   try {
     for await (const chunk of stream as AsyncIterable<Buffer | string>) {
       const buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
       let start = 0;
       let nl = buf.indexOf(10, start);
       while (nl !== -1) {
+        tooLong(pendingBytes + nl - start);
         line += 1;
         let text: string;
         if (pending.length > 0) {
           pending.push(buf.subarray(start, nl));
           text = Buffer.concat(pending).toString('utf8');
           pending = [];
+          pendingBytes = 0;
         } else {
           text = buf.toString('utf8', start, nl);
         }
@@ -49,7 +73,11 @@ export async function* readLines(stream: Readable, source: string): AsyncGenerat
         start = nl + 1;
         nl = buf.indexOf(10, start);
       }
-      if (start < buf.length) pending.push(buf.subarray(start));
+      if (start < buf.length) {
+        pendingBytes += buf.length - start;
+        tooLong(pendingBytes);
+        pending.push(buf.subarray(start));
+      }
     }
   } catch (error) {
     const code = (error as { code?: string }).code;
@@ -72,7 +100,7 @@ export function describeIssue(where: string, error: z.ZodError): string {
   return `${where}: ${path}: ${issue.message}${more}`;
 }
 
-export interface ReadOptions {
+export interface ReadOptions extends LineOptions {
   /** Count and report malformed lines instead of failing on the first one. */
   skipInvalid?: boolean;
   /** Called for each skipped line with its error message. */
@@ -99,7 +127,7 @@ export async function* readRecords<S extends z.ZodType>(
   schema: S,
   options: ReadOptions = {},
 ): AsyncGenerator<Located<z.output<S>>> {
-  for await (const entry of readLines(stream, source)) {
+  for await (const entry of readLines(stream, source, options)) {
     if (entry.text.trim() === '') continue;
     let record: z.output<S>;
     try {

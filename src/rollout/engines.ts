@@ -1,5 +1,8 @@
 import type { Generation } from './agent.js';
+import { EngineError, EngineHttp } from './http.js';
 import { ROLLOUT_DEFAULTS } from './options.js';
+
+export { EngineError };
 
 export type EngineKind = 'sglang' | 'vllm';
 
@@ -21,8 +24,8 @@ export interface EngineClient {
   readonly url: string;
   readonly kind: EngineKind;
   generate(inputIds: readonly number[], maxNewTokens: number, sampling: SamplingOptions): Promise<Generation>;
-  /** Scraped KV capacity, or undefined when the engine does not say. */
-  capacity(): Promise<Capacity | undefined>;
+  /** Scraped KV capacity, or undefined when the engine does not say; `signal` cancels the probe. */
+  capacity(signal?: AbortSignal): Promise<Capacity | undefined>;
   /** The model or checkpoint the engine serves (the trajectories' `policy`). */
   model(): Promise<string>;
   /**
@@ -30,62 +33,28 @@ export interface EngineClient {
    * weight_version), so rollout can wait for a policy and stamp what generated a trajectory.
    */
   reload(checkpoint: string, version?: string): Promise<void>;
-  /** The label of the weights served now, or undefined when the engine keeps none (vLLM). */
+  /**
+   * The label of the weights served now, or undefined when the engine keeps none (vLLM, or a route
+   * it answers 404). An engine that does not answer fails with the cause, never reads as "none".
+   */
   weightVersion(): Promise<string | undefined>;
-}
-
-/** An engine that answered with an HTTP error or malformed data: retried, never silently used. */
-export class EngineError extends Error {
-  override name = 'EngineError';
-  constructor(
-    message: string,
-    /** false when the request may not be resent (a 4xx: the request itself is wrong). */
-    readonly retryable = true,
-  ) {
-    super(message);
-  }
+  /** Fails every generation and reload in flight on this engine with `reason` (it stopped answering). */
+  abortInflight(reason: string): number;
 }
 
 export interface EngineClientOptions {
-  /** Per-request timeout for /generate (default `ROLLOUT_DEFAULTS.timeoutSeconds`, 10 min: a long generation is legitimate). */
+  /**
+   * The engine timeout setting (rollout's `timeoutSeconds`): the longest a generation or a reload
+   * may take, and the undici dispatcher's header and body timeouts (default
+   * `ROLLOUT_DEFAULTS.timeoutSeconds`, 10 min: a long generation is legitimate).
+   */
   timeoutMs?: number;
-  /** Timeout for metrics and info requests (default 5 s). */
+  /** Timeout for metrics and info requests (default 5 s): an engine that takes longer has stopped answering. */
   probeTimeoutMs?: number;
 }
 
-async function request(url: string, init: RequestInit, timeoutMs: number): Promise<unknown> {
-  let res: Response;
-  try {
-    res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
-  } catch (error) {
-    const e = error as Error & { cause?: { code?: string } };
-    throw new EngineError(`${url}: ${e.cause?.code ?? e.name}: ${e.message}`);
-  }
-  const body = await res.text().catch((e: Error) => {
-    throw new EngineError(`${url}: ${e.message}`);
-  });
-  if (!res.ok) {
-    throw new EngineError(
-      `${url}: HTTP ${res.status}: ${body.slice(0, 300)}`,
-      res.status >= 500 || res.status === 429,
-    );
-  }
-  const type = res.headers.get('content-type') ?? '';
-  if (!type.includes('json')) return body;
-  try {
-    return JSON.parse(body);
-  } catch {
-    throw new EngineError(`${url}: invalid JSON response`);
-  }
-}
-
-const post = (url: string, body: unknown, timeoutMs: number) =>
-  request(
-    url,
-    { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) },
-    timeoutMs,
-  );
-const get = (url: string, timeoutMs: number) => request(url, { method: 'GET' }, timeoutMs);
+/** The default probe timeout: a health probe that takes longer says the engine stopped answering. */
+export const PROBE_TIMEOUT_MS = 5_000;
 
 /** Prometheus text: the first sample of `name` (labels ignored) and the labels of that sample. */
 export function promSample(
@@ -113,18 +82,42 @@ function fail(url: string, what: string): never {
   throw new EngineError(`${url}: malformed response: ${what}`, false);
 }
 
-/** SGLang's native API (and `rstar engine-serve`, which speaks its subset). */
-export class SglangClient implements EngineClient {
-  readonly kind = 'sglang';
+/** What both clients share: the engine's URL and its HTTP, with the generation and probe timeouts. */
+abstract class HttpEngine {
   readonly url: string;
-  #timeoutMs: number;
-  #probeMs: number;
+  readonly #http: EngineHttp;
+  readonly #timeoutMs: number;
+  readonly #probeMs: number;
+
+  constructor(url: string, options: EngineClientOptions) {
+    this.url = url.replace(/\/+$/, '');
+    this.#timeoutMs = options.timeoutMs ?? ROLLOUT_DEFAULTS.timeoutSeconds * 1000;
+    this.#probeMs = options.probeTimeoutMs ?? PROBE_TIMEOUT_MS;
+    this.#http = new EngineHttp(this.url, this.#timeoutMs);
+  }
+
+  /** A generation or a reload: up to the engine timeout, aborted when the engine is given up on. */
+  protected post(path: string, body: unknown): Promise<unknown> {
+    return this.#http.request('POST', path, { body, timeoutMs: this.#timeoutMs, abortable: true });
+  }
+
+  /** Metrics and info: a few seconds at most. */
+  protected probe(path: string, signal?: AbortSignal): Promise<unknown> {
+    return this.#http.request('GET', path, { timeoutMs: this.#probeMs, signal });
+  }
+
+  abortInflight(reason: string): number {
+    return this.#http.abortInflight(reason);
+  }
+}
+
+/** SGLang's native API (and `rstar engine-serve`, which speaks its subset). */
+export class SglangClient extends HttpEngine implements EngineClient {
+  readonly kind = 'sglang';
   #total: number | undefined;
 
   constructor(url: string, options: EngineClientOptions = {}) {
-    this.url = url.replace(/\/+$/, '');
-    this.#timeoutMs = options.timeoutMs ?? ROLLOUT_DEFAULTS.timeoutSeconds * 1000;
-    this.#probeMs = options.probeTimeoutMs ?? 5_000;
+    super(url, options);
   }
 
   async generate(inputIds: readonly number[], maxNewTokens: number, s: SamplingOptions): Promise<Generation> {
@@ -136,11 +129,11 @@ export class SglangClient implements EngineClient {
       no_stop_trim: true,
     };
     if (s.seed !== undefined) sampling_params.sampling_seed = s.seed;
-    const out = (await post(
-      `${this.url}/generate`,
-      { input_ids: inputIds, sampling_params, return_logprob: true },
-      this.#timeoutMs,
-    )) as {
+    const out = (await this.post('/generate', {
+      input_ids: inputIds,
+      sampling_params,
+      return_logprob: true,
+    })) as {
       output_ids?: number[];
       meta_info?: {
         output_token_logprobs?: [number | null, number, unknown][];
@@ -167,9 +160,9 @@ export class SglangClient implements EngineClient {
     return gen;
   }
 
-  async capacity(): Promise<Capacity | undefined> {
+  async capacity(signal?: AbortSignal): Promise<Capacity | undefined> {
     if (this.#total === undefined) {
-      const info = (await get(`${this.url}/get_server_info`, this.#probeMs)) as {
+      const info = (await this.probe('/get_server_info', signal)) as {
         max_total_num_tokens?: number;
       };
       const total = info?.max_total_num_tokens;
@@ -177,7 +170,7 @@ export class SglangClient implements EngineClient {
       this.#total = total;
     }
     // A dead engine must fail here (the runner probes with this); a missing endpoint is fine.
-    const metrics = await get(`${this.url}/metrics`, this.#probeMs).catch((e: EngineError) => {
+    const metrics = await this.probe('/metrics', signal).catch((e: EngineError) => {
       if (e.retryable) throw e;
       return '';
     });
@@ -187,7 +180,7 @@ export class SglangClient implements EngineClient {
   }
 
   async model(): Promise<string> {
-    const info = (await get(`${this.url}/get_model_info`, this.#probeMs).catch(() => undefined)) as
+    const info = (await this.probe('/get_model_info').catch(() => undefined)) as
       | { model_path?: string }
       | undefined;
     return info?.model_path ?? this.url;
@@ -196,7 +189,7 @@ export class SglangClient implements EngineClient {
   async reload(checkpoint: string, version?: string): Promise<void> {
     const body: Record<string, string> = { model_path: checkpoint };
     if (version !== undefined) body.weight_version = version;
-    const out = (await post(`${this.url}/update_weights_from_disk`, body, this.#timeoutMs)) as {
+    const out = (await this.post('/update_weights_from_disk', body)) as {
       success?: boolean;
       message?: string;
     };
@@ -204,32 +197,32 @@ export class SglangClient implements EngineClient {
       throw new EngineError(`${this.url}: reload failed: ${out.message ?? ''}`, false);
   }
 
-  /** SGLang's `GET /get_weight_version` (and engine-serve's); undefined on a server without it. */
+  /**
+   * SGLang's `GET /get_weight_version` (and engine-serve's); undefined on a server without it (a
+   * 4xx). A timeout, a refused connection or a 5xx is thrown with its cause: it says nothing about
+   * whether the engine keeps a version.
+   */
   async weightVersion(): Promise<string | undefined> {
-    const out = (await get(`${this.url}/get_weight_version`, this.#probeMs).catch(() => undefined)) as
-      | { weight_version?: unknown }
-      | undefined;
+    const out = (await this.probe('/get_weight_version').catch((e: unknown) => {
+      if (e instanceof EngineError && !e.retryable) return undefined;
+      throw e;
+    })) as { weight_version?: unknown } | undefined;
     return typeof out?.weight_version === 'string' ? out.weight_version : undefined;
   }
 }
 
 /** vLLM's OpenAI server (>= 0.10.2 for `return_token_ids`). */
-export class VllmClient implements EngineClient {
+export class VllmClient extends HttpEngine implements EngineClient {
   readonly kind = 'vllm';
-  readonly url: string;
-  #timeoutMs: number;
-  #probeMs: number;
   #model: string | undefined;
 
   constructor(url: string, options: EngineClientOptions = {}) {
-    this.url = url.replace(/\/+$/, '');
-    this.#timeoutMs = options.timeoutMs ?? ROLLOUT_DEFAULTS.timeoutSeconds * 1000;
-    this.#probeMs = options.probeTimeoutMs ?? 5_000;
+    super(url, options);
   }
 
   async model(): Promise<string> {
     if (this.#model === undefined) {
-      const list = (await get(`${this.url}/v1/models`, this.#probeMs)) as { data?: { id?: string }[] };
+      const list = (await this.probe('/v1/models')) as { data?: { id?: string }[] };
       const id = list?.data?.[0]?.id;
       if (typeof id !== 'string') fail(this.url, '/v1/models lists no model');
       this.#model = id;
@@ -250,7 +243,7 @@ export class VllmClient implements EngineClient {
       spaces_between_special_tokens: false,
     };
     if (s.seed !== undefined) body.seed = s.seed;
-    const out = (await post(`${this.url}/v1/completions`, body, this.#timeoutMs)) as {
+    const out = (await this.post('/v1/completions', body)) as {
       choices?: {
         token_ids?: number[];
         finish_reason?: string;
@@ -271,8 +264,8 @@ export class VllmClient implements EngineClient {
     };
   }
 
-  async capacity(): Promise<Capacity | undefined> {
-    const text = await get(`${this.url}/metrics`, this.#probeMs);
+  async capacity(signal?: AbortSignal): Promise<Capacity | undefined> {
+    const text = await this.probe('/metrics', signal);
     if (typeof text !== 'string') return undefined;
     const usage =
       promSample(text, 'vllm:kv_cache_usage_perc') ?? promSample(text, 'vllm:gpu_cache_usage_perc');
@@ -302,14 +295,13 @@ export class VllmClient implements EngineClient {
         );
       throw e;
     };
-    const out = (await post(
-      `${this.url}/collective_rpc`,
-      { method: 'reload_weights', kwargs: { weights_path: checkpoint } },
-      this.#timeoutMs,
-    ).catch(devMode)) as { results?: unknown } | string;
+    const out = (await this.post('/collective_rpc', {
+      method: 'reload_weights',
+      kwargs: { weights_path: checkpoint },
+    }).catch(devMode)) as { results?: unknown } | string;
     if (typeof out === 'object' && out !== null && 'results' in out && !Array.isArray(out.results))
       fail(this.url, '/collective_rpc results');
-    await post(`${this.url}/reset_prefix_cache`, {}, this.#timeoutMs).catch(devMode);
+    await this.post('/reset_prefix_cache', {}).catch(devMode);
   }
 
   /** vLLM labels no weights: rollout cannot wait for a policy version on it. */

@@ -42,3 +42,34 @@ export function finishedIds(file: string): Set<string> {
   if (dropped > 0) writeFileAtomic(file, kept.map((l) => `${l}\n`).join(''));
   return ids;
 }
+
+/**
+ * Rewrites the per-step statistics file (`rollout --steps --step-stats FILE`) of a run resuming at
+ * `firstStep`, without the lines of steps from `firstStep` on: those steps are about to run again
+ * and append their lines anew, so each step keeps exactly one. The earlier lines stay, byte for
+ * byte; a last line cut short by a kill goes. The file is replaced whole (temp file and rename),
+ * so a crash here loses nothing. Returns how many lines were dropped.
+ */
+export function dropStepsFrom(file: string, firstStep: number): number {
+  if (!existsSync(file)) return 0;
+  const text = readFileSync(file, 'utf8');
+  const lines = text.split('\n');
+  // After the last newline: '' in a whole file, else a line being written when the run stopped.
+  let dropped = lines.pop() === '' ? 0 : 1;
+  const kept: string[] = [];
+  for (const [i, line] of lines.entries()) {
+    if (line.trim() === '') continue;
+    let step: unknown;
+    try {
+      step = (JSON.parse(line) as { step?: unknown }).step;
+    } catch (error) {
+      throw new DataError(`${file}:${i + 1}: invalid JSON: ${(error as Error).message}`);
+    }
+    if (typeof step !== 'number' || !Number.isInteger(step))
+      throw new DataError(`${file}:${i + 1}: step: expected an integer`);
+    if (step >= firstStep) dropped += 1;
+    else kept.push(`${line}\n`);
+  }
+  if (dropped > 0) writeFileAtomic(file, kept.join(''));
+  return dropped;
+}

@@ -62,7 +62,7 @@ export async function generateTurn(
         }
         throw error;
       }
-      run.health.setAside(a.engine);
+      run.health.setAside(a.engine, error.message);
       run.meter.report();
       await new Promise((resolve) => setTimeout(resolve, Math.min(100 * 2 ** attempt, 3000)));
       a = await run.scheduler.retry(a);

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { constants } from 'node:buffer';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,7 +7,7 @@ import { Readable } from 'node:stream';
 import { describe, it } from 'node:test';
 import { z } from 'zod';
 import { DataError } from '../../src/errors.js';
-import { readLines, readRecords, writeFileAtomic } from '../../src/ndjson/index.js';
+import { MAX_LINE_BYTES, readLines, readRecords, writeFileAtomic } from '../../src/ndjson/index.js';
 import { Trajectory } from '../../src/records/index.js';
 import { rstar } from '../support/helpers.js';
 
@@ -37,6 +38,41 @@ describe('ndjson reader', () => {
     const parts = Readable.from([bytes.subarray(0, 7), bytes.subarray(7)]);
     const [line] = await collect(readLines(parts, 'x'));
     assert.equal(JSON.parse(line.text).t, 'π≈3');
+  });
+
+  it('fails a line over the limit with FILE:LINE, newline or not, before holding all of it', async () => {
+    // Exactly at the limit passes; one byte more fails, split across chunks or not.
+    const ok = await collect(readLines(chunks('12345678\n', '1234', '5678\n'), 'x', { maxLineBytes: 8 }));
+    assert.deepEqual(
+      ok.map((l) => l.text),
+      ['12345678', '12345678'],
+    );
+    await assert.rejects(
+      collect(readLines(chunks('ok\n', '12345', '6789\n'), 'big.jsonl', { maxLineBytes: 8 })),
+      (e: Error) => e instanceof DataError && e.message === 'big.jsonl:2: line longer than 8 bytes',
+    );
+    await assert.rejects(
+      collect(readLines(chunks('ok\n123456789\n'), 'big.jsonl', { maxLineBytes: 8 })),
+      /^DataError: big\.jsonl:2: line longer than 8 bytes$/,
+    );
+    // A line that does not end (1 MiB in 1 KiB chunks without a newline) fails once past the
+    // limit: the reader does not wait for the newline, so it never holds more than the limit.
+    let sent = 0;
+    const endless = Readable.from(
+      (function* () {
+        while (sent < 1024 * 1024) {
+          sent += 1024;
+          yield Buffer.alloc(1024, 0x61);
+        }
+      })(),
+    );
+    await assert.rejects(
+      collect(readRecords(endless, 'stdin', z.object({}), { maxLineBytes: 64 * 1024 })),
+      /^DataError: stdin:1: line longer than 65536 bytes$/,
+    );
+    assert.ok(sent <= 80 * 1024, `read ${sent} bytes`);
+    // The default is Node's string limit, past which decoding would fail with no FILE:LINE.
+    assert.equal(MAX_LINE_BYTES, constants.MAX_STRING_LENGTH);
   });
 
   it('names file, line and field for a schema violation', async () => {

@@ -1,12 +1,15 @@
 /** The rollout runner's parts on their own: options, admission, engine health, outcomes, records. */
 import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { Command } from 'commander';
 import type { Problem } from '../../src/records/problem.js';
 import { expandJobs, type Turn } from '../../src/rollout/admission.js';
 import type { AgentResult } from '../../src/rollout/agent.js';
 import { EngineHealth } from '../../src/rollout/engine-health.js';
-import type { EngineClient } from '../../src/rollout/engines.js';
+import { type EngineClient, EngineError } from '../../src/rollout/engines.js';
 import {
   EVAL_SAMPLES,
   POLICIES,
@@ -17,6 +20,7 @@ import {
 } from '../../src/rollout/options.js';
 import { ErrorBudget, Outcomes } from '../../src/rollout/outcomes.js';
 import { scoreTrajectory, trajectoryRecord } from '../../src/rollout/record.js';
+import { dropStepsFrom } from '../../src/rollout/resume.js';
 import { AsyncScheduler, Scheduler } from '../../src/rollout/scheduler.js';
 
 const problem = (id: string, answer = '42'): Problem => ({
@@ -139,12 +143,20 @@ describe('rollout runner parts', () => {
           if (!answers) throw new Error('down');
           return { total: 100, used: 0 };
         },
+        abortInflight: () => 0,
       }) as unknown as EngineClient;
     const core = new Scheduler<Turn>([100, 100], { clock: () => 0 });
     let scrapes = 0;
-    const health = new EngineHealth([engine('a'), engine('b')], core, new AsyncScheduler(core), 0, () => {
-      scrapes++;
-    });
+    const health = new EngineHealth(
+      [engine('a'), engine('b')],
+      core,
+      new AsyncScheduler(core),
+      0,
+      () => {
+        scrapes++;
+      },
+      () => {},
+    );
     health.start();
     health.setAside(0);
     health.setAside(1); // the last one alive stays
@@ -160,6 +172,96 @@ describe('rollout runner parts', () => {
       core.stats().map((s) => s.alive),
       [true, true],
     );
+  });
+
+  it('sets an engine that stops answering its probe aside at once, aborts its turns, says why, takes it back', async () => {
+    const down = new Set<string>();
+    let notFound = false;
+    const aborted: string[] = [];
+    const engine = (url: string) =>
+      ({
+        url,
+        capacity: async () => {
+          if (down.has(url)) throw new EngineError(`${url}: GET /metrics timed out after 5 s`);
+          if (notFound) throw new EngineError(`${url}: GET /metrics: HTTP 404: not found`, false);
+          return { total: 100, used: 0 };
+        },
+        abortInflight: (reason: string) => {
+          aborted.push(`${url} ${reason}`);
+          return 2;
+        },
+      }) as unknown as EngineClient;
+    const core = new Scheduler<Turn>([100, 100], { clock: () => 0 });
+    const log: string[] = [];
+    const health = new EngineHealth(
+      [engine('a'), engine('b')],
+      core,
+      new AsyncScheduler(core),
+      20,
+      () => {},
+      (line) => log.push(line),
+    );
+    const alive = () => core.stats().map((x) => x.alive);
+    const settle = () => new Promise((resolve) => setTimeout(resolve, 150));
+    health.start();
+    try {
+      down.add('a');
+      await settle();
+      assert.deepEqual(alive(), [false, true]);
+      // Probed on and on, but set aside, aborted and reported once.
+      assert.deepEqual(aborted, [
+        'a engine set aside: it stopped answering (GET /metrics timed out after 5 s)',
+      ]);
+      assert.deepEqual(log, [
+        'rollout: engine a stopped answering (GET /metrics timed out after 5 s): set aside, 2 turn(s) in flight go to the other engines; it rejoins when it answers again',
+      ]);
+      // The last engine alive is only reported: its turns have nowhere else to go.
+      down.add('b');
+      await settle();
+      assert.deepEqual(alive(), [false, true]);
+      assert.equal(aborted.length, 1);
+      assert.match(
+        log[1],
+        /^rollout: engine b stopped answering \(GET \/metrics timed out after 5 s\); it is the only engine left/,
+      );
+      down.clear();
+      await settle();
+      assert.deepEqual(alive(), [true, true]);
+      assert.deepEqual(log.slice(2).sort(), [
+        'rollout: engine a answers again: back in the rotation',
+        'rollout: engine b answers again: back in the rotation',
+      ]);
+      // A 4xx is an answer: the engine is up, it only does not say its capacity.
+      notFound = true;
+      await settle();
+      assert.deepEqual(alive(), [true, true]);
+      assert.equal(log.length, 4);
+    } finally {
+      health.stop();
+    }
+  });
+
+  it('drops the step-stats lines of the steps a resumed run redoes, atomically, keeping the rest', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rstar-steps-'));
+    try {
+      const file = join(dir, 'rollout-steps.jsonl');
+      const line = (k: number) => `{"v":1,"end_batch":true,"step":${k},"stats":{"mean_reward":0.${k}}}\n`;
+      assert.equal(dropStepsFrom(file, 3), 0, 'no file: nothing to do');
+      assert.equal(existsSync(file), false);
+      // Steps 1-3 written, then a kill while step 4's line was being appended.
+      writeFileSync(file, `${line(1)}${line(2)}${line(3)}{"v":1,"end_b`);
+      assert.equal(dropStepsFrom(file, 3), 2);
+      assert.equal(readFileSync(file, 'utf8'), `${line(1)}${line(2)}`);
+      assert.deepEqual(readdirSync(dir), ['rollout-steps.jsonl'], 'no temp file left');
+      assert.equal(dropStepsFrom(file, 3), 0);
+      assert.equal(readFileSync(file, 'utf8'), `${line(1)}${line(2)}`);
+      writeFileSync(file, `${line(1)}not json\n`);
+      assert.throws(() => dropStepsFrom(file, 2), /rollout-steps\.jsonl:2: invalid JSON/);
+      writeFileSync(file, `${line(1)}{"v":1}\n`);
+      assert.throws(() => dropStepsFrom(file, 2), /rollout-steps\.jsonl:2: step: expected an integer/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('scores by the record contract and assembles the Trajectory record', () => {

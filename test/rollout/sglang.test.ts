@@ -1,10 +1,15 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { Agent, getGlobalDispatcher, setGlobalDispatcher } from 'undici';
 import { Trajectory } from '../../src/records/trajectory.js';
+import type { Turn } from '../../src/rollout/admission.js';
+import { EngineHealth } from '../../src/rollout/engine-health.js';
+import type { EngineError } from '../../src/rollout/engines.js';
 import {
   loadProtocol,
   type ProtocolContext,
@@ -13,6 +18,7 @@ import {
   SglangClient,
   toolTurnIds,
 } from '../../src/rollout/index.js';
+import { AsyncScheduler, Scheduler } from '../../src/rollout/scheduler.js';
 import { startSandbox } from '../../src/sandbox/embedded.js';
 import { ANSWER, CALL, collect, problems, TINY, toolCall } from '../support/agent-fixtures.js';
 import { type FakeServer, fakeLogprob, startFakeSglang } from '../support/fake-sglang.js';
@@ -325,6 +331,174 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
         .startsWith('<|im_start|>user\n<tool_response>\nTool call success\nstdout: 3\n'),
     );
     assert.equal(t.reward, 1);
+  });
+
+  it('lets the engine timeout setting decide, not an undici default: a slow generation passes, a shorter setting cuts it', async () => {
+    const engine = await fake({ baseMs: 1200 });
+    const ids = promptIds(problems(1)[0].prompt, ctx);
+    const sampling = { temperature: 1, topP: 1 };
+    const previous = getGlobalDispatcher();
+    // A short global default stands in for undici's hidden 300 s one, which capped every request
+    // of Node's global fetch below the documented 600 s.
+    setGlobalDispatcher(new Agent({ headersTimeout: 300, bodyTimeout: 300 }));
+    try {
+      const gen = await new SglangClient(engine.url, { timeoutMs: 5000 }).generate(ids, 64, sampling);
+      assert.ok(gen.ids.length > 0);
+      const t0 = performance.now();
+      await assert.rejects(
+        new SglangClient(engine.url, { timeoutMs: 500 }).generate(ids, 64, sampling),
+        (e: EngineError) => {
+          assert.equal(e.message, `${engine.url}: POST /generate timed out after 0.5 s`);
+          assert.equal(e.retryable, true);
+          return true;
+        },
+      );
+      assert.ok(performance.now() - t0 < 1100, 'cut at the setting');
+    } finally {
+      setGlobalDispatcher(previous);
+    }
+  });
+
+  it('sets a hung (SIGSTOPped) engine aside within its probe timeout, aborts its turns, names the cause; it rejoins after SIGCONT', async () => {
+    const hung = await fake({ baseMs: 3000 });
+    const other = await fake();
+    const clients = [hung, other].map((s) => new SglangClient(s.url, { probeTimeoutMs: 400 }));
+    const core = new Scheduler<Turn>([100_000, 100_000]);
+    const log: string[] = [];
+    const health = new EngineHealth(
+      clients,
+      core,
+      new AsyncScheduler(core),
+      100,
+      () => {},
+      (line) => {
+        log.push(line);
+      },
+    );
+    const ids = promptIds(problems(1)[0].prompt, ctx);
+    const turn = clients[0].generate(ids, 64, { temperature: 1, topP: 1 }).then(
+      () => 'answered',
+      (e: Error) => e.message,
+    );
+    for (let i = 0; i < 100 && (await hung.stats()).requests === 0; i++)
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    hung.pause();
+    const t0 = performance.now();
+    health.start();
+    try {
+      const cause = 'GET /get_server_info timed out after 0.4 s';
+      assert.equal(
+        await turn,
+        `${hung.url}: POST /generate: engine set aside: it stopped answering (${cause})`,
+      );
+      assert.ok(performance.now() - t0 < 2000, `set aside after ${performance.now() - t0} ms`);
+      assert.deepEqual(
+        core.stats().map((x) => x.alive),
+        [false, true],
+      );
+      assert.deepEqual(log, [
+        `rollout: engine ${hung.url} stopped answering (${cause}): set aside, 1 turn(s) in flight go to the other engines; it rejoins when it answers again`,
+      ]);
+      // A probe that times out says so: it never reads as "no weight_version".
+      await assert.rejects(clients[0].weightVersion(), {
+        message: `${hung.url}: GET /get_weight_version timed out after 0.4 s`,
+      });
+      hung.resume();
+      for (let i = 0; i < 100 && !core.isAlive(0); i++)
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(core.isAlive(0), true);
+      assert.equal(log[1], `rollout: engine ${hung.url} answers again: back in the rotation`);
+      assert.equal(await clients[0].weightVersion(), '0');
+    } finally {
+      health.stop();
+      hung.resume();
+    }
+    // An engine without the route (a 4xx) keeps no version: undefined, not an error.
+    const bare = createServer((_, res) => res.writeHead(404).end('not found'));
+    await new Promise<void>((resolve) => bare.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = bare.address() as { port: number };
+      assert.equal(await new SglangClient(`http://127.0.0.1:${port}`).weightVersion(), undefined);
+    } finally {
+      bare.close();
+    }
+  });
+
+  it('rollout --steps: a hung engine is named and set aside within seconds, the step completes on the other', async () => {
+    const hung = await fake({ baseMs: 1000 });
+    const other = await fake({ baseMs: 1000 });
+    const file = join(dir, 'hung-problems.jsonl');
+    const stats = join(dir, 'hung-steps.jsonl');
+    writeFileSync(file, ndjson(problems(6)));
+    const args = ['rollout', '--problems', file, '--steps', '1', '--batch', '6', '--n', '2'];
+    args.push('--engine', hung.url, '--engine', other.url, '--sandbox', sandbox.url, '--tokenizer', TINY);
+    args.push('--scrape-ms', '200', '--step-stats', stats);
+    const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d) => {
+      stdout += d;
+    });
+    child.stderr.setEncoding('utf8').on('data', (d) => {
+      stderr += d;
+    });
+    const exited = new Promise<number | null>((resolve) => child.once('close', resolve));
+    try {
+      for (let i = 0; i < 400 && (await hung.stats()).requests === 0; i++)
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      hung.pause();
+      const t0 = performance.now();
+      // Bounded: without the set-aside the run would wait out the 600 s engine timeout.
+      const code = await Promise.race([
+        exited,
+        new Promise((resolve) => setTimeout(resolve, 40_000, 'hung')),
+      ]);
+      const seconds = (performance.now() - t0) / 1000;
+      assert.equal(code, 0, stderr);
+      // 5 s of probe timeout, then the turns run again on the other engine: far from the 600 s
+      // engine timeout the turns in flight on the hung engine would otherwise wait out.
+      assert.ok(seconds < 25, `finished ${seconds} s after the engine hung`);
+      assert.match(
+        stderr,
+        new RegExp(
+          `rollout: engine ${hung.url} stopped answering \\(GET /metrics timed out after 5 s\\): set aside, [1-9]\\d* turn\\(s\\) in flight go to the other engines`,
+        ),
+      );
+      const out = lines<{ id?: string; finish?: string; end_batch?: boolean }>(stdout);
+      const trajectories = out.filter((x) => x.end_batch === undefined);
+      assert.equal(new Set(trajectories.map((t) => t.id)).size, 12);
+      assert.equal(trajectories.length, 12);
+      assert.ok(trajectories.every((t) => t.finish === 'stop'));
+      assert.equal(lines(readFileSync(stats, 'utf8')).length, 1);
+    } finally {
+      child.kill();
+      hung.resume();
+    }
+  });
+
+  it('rollout --steps --step-stats: a resumed run leaves one line per step, the earlier ones untouched', async () => {
+    const engine = await fake({ weightVersion: '1' });
+    const file = join(dir, 'stats-problems.jsonl');
+    const stats = join(dir, 'rollout-steps.jsonl');
+    writeFileSync(file, ndjson(problems(4)));
+    // Step 1 finished; step 2 wrote its line, but its checkpoint did not, so step 2 runs again;
+    // step 3's line was cut short by the kill.
+    const step1 = '{"v":1,"end_batch":true,"step":1,"stats":{"mean_reward":0.25}}\n';
+    writeFileSync(stats, `${step1}{"v":1,"end_batch":true,"step":2,"stats":{"old":true}}\n{"v":1,"end_ba`);
+    const r = await rstar([
+      ...['rollout', '--problems', file, '--steps', '2', '--start-step', '2', '--batch', '2', '--n', '2'],
+      ...['--engine', engine.url, '--sandbox', sandbox.url, '--tokenizer', TINY, '--step-stats', stats],
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    const text = readFileSync(stats, 'utf8');
+    assert.ok(text.startsWith(step1));
+    const steps = lines<{ step: number; stats: { trajectories?: number; old?: boolean } }>(text);
+    assert.deepEqual(
+      steps.map((x) => x.step),
+      [1, 2],
+    );
+    assert.equal(steps[1].stats.trajectories, 4);
+    assert.equal(steps[1].stats.old, undefined);
   });
 
   it('rejects bad usage with exit 2', async () => {

@@ -183,6 +183,10 @@ export interface FakeServer {
   stats(): Promise<FakeStats>;
   /** SIGKILL: connections drop mid-request, as when an engine crashes. */
   kill(): Promise<void>;
+  /** SIGSTOP: the process hangs, its sockets still accept and nothing answers (a hung engine). */
+  pause(): void;
+  /** SIGCONT after `pause`. */
+  resume(): void;
   close(): Promise<void>;
 }
 
@@ -194,6 +198,11 @@ export async function startFakeSglang(options: FakeOptions): Promise<FakeServer>
     args: [fileURLToPath(import.meta.url), JSON.stringify(options)],
   });
   const url = server.url;
+  let paused = false;
+  const signal = (name: 'SIGSTOP' | 'SIGCONT') => {
+    if (server.pid !== undefined) process.kill(server.pid, name);
+    paused = name === 'SIGSTOP';
+  };
   return {
     url,
     exited: server.exited,
@@ -201,7 +210,12 @@ export async function startFakeSglang(options: FakeOptions): Promise<FakeServer>
       return (await (await fetch(`${url}/stats`)).json()) as FakeStats;
     },
     kill: async () => void (await server.stop('SIGKILL')),
-    close: async () => void (await server.stop()),
+    pause: () => signal('SIGSTOP'),
+    resume: () => signal('SIGCONT'),
+    close: async () => {
+      if (paused) signal('SIGCONT'); // a stopped process would not see SIGTERM
+      await server.stop();
+    },
   };
 }
 
