@@ -1,5 +1,5 @@
 import type { Generation } from './agent.js';
-import { ROLLOUT_DEFAULTS } from './options.js';
+import { ROLLOUT_DEFAULTS } from './defaults.js';
 
 export type EngineKind = 'sglang' | 'vllm';
 

@@ -3,7 +3,7 @@ export type { AgentIO, AgentOptions, AgentResult, Generation, Script } from './a
 export { AgentAbort, runAgent, ServiceFailure, scriptedTrajectory } from './agent.js';
 export type { Capacity, EngineClient, EngineKind } from './engines.js';
 export { EngineError, engineClient, SglangClient, VllmClient } from './engines.js';
-export { ROLLOUT_DEFAULTS } from './options.js';
+export { ROLLOUT_DEFAULTS } from './defaults.js';
 export type { RolloutProgress } from './progress.js';
 export type { ProtocolContext } from './protocol.js';
 export {

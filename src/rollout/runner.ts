@@ -6,7 +6,7 @@ import { expandJobs, openAdmission } from './admission.js';
 import { EngineHealth } from './engine-health.js';
 import type { EngineClient } from './engines.js';
 import { type JobContext, runJob } from './job.js';
-import { ROLLOUT_DEFAULTS } from './options.js';
+import { ROLLOUT_DEFAULTS } from './defaults.js';
 import { ErrorBudget, Outcomes } from './outcomes.js';
 import { ProgressMeter, type RolloutProgress } from './progress.js';
 import type { ProtocolContext } from './protocol.js';
