@@ -69,7 +69,9 @@ async function synthetic(name: string, opts: Options, renderer: ConversationRend
   } finally {
     await runner.close();
   }
-  const records = built.records.filter((r) => r.prompt_ids.length + r.response_ids.length <= opts.maxSeqTokens);
+  const records = built.records.filter(
+    (r) => r.prompt_ids.length + r.response_ids.length <= opts.maxSeqTokens,
+  );
   const trainProblems = tasks.train.map((t) => problemOf(t, name, 'train'));
   const testProblems = tasks.test.map((t) => problemOf(t, name, 'test'));
   if (opts.out !== undefined) {
