@@ -16,7 +16,7 @@ export const Step = z.looseObject({
   sequences: z.int().nonnegative(),
   tokens: z.int().nonnegative(),
   seconds: z.number().nonnegative(),
-  /** Optimiser updates this step made (--mini-batches x --epochs; 0 for an empty numbered step). */
+  /** Optimiser updates this step made (--mini-batches x --passes-per-batch; 0 for an empty numbered step). */
   updates: z.int().nonnegative().optional(),
   mini_batches: z.int().nonnegative().optional(),
   epochs: z.int().nonnegative().optional(),
