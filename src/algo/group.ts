@@ -261,3 +261,50 @@ export function appendField(raw: string, name: string, value: unknown): string {
   const text = raw.trimEnd();
   return `${text.slice(0, -1)},${JSON.stringify(name)}:${JSON.stringify(value)}}`;
 }
+
+/** What both group stages keep of a record, besides their own fields. */
+export interface StageItem {
+  /** The input line (without the field the stage writes, if it had one), to which the new one is appended. */
+  raw: string;
+  reward: number;
+  /** `finish: "error"`: an infrastructure failure, left out of its group and of the output. */
+  errored: boolean;
+}
+
+export const stageItem = (record: ParsedRecord, raw: string): StageItem => ({
+  raw: record.without ?? raw,
+  reward: record.reward,
+  errored: record.finish === 'error',
+});
+
+/**
+ * The loop both group stages (roc-filter, advantage) run over their input: `--max-error-share`
+ * checked before each group and at the end, batch ends passed on, and each group's scored members
+ * (infrastructure failures counted in `counts`) handed to `each`, which writes what it keeps.
+ * Ends the output; false when the reader has gone (the stage then stops without its stats).
+ */
+export async function runGroupStage<T extends StageItem>(
+  command: string,
+  input: GroupedInput<T>,
+  out: NdjsonWriter,
+  maxErrorShare: number | undefined,
+  counts: InfraCounts & { groups_in: number },
+  each: (group: Group<T>, members: Member<T>[]) => Promise<void>,
+): Promise<boolean> {
+  const gate = errorShareGate(command, input, maxErrorShare);
+  for await (const group of input.groups) {
+    gate();
+    if (isBatchEnd(group)) {
+      if (!(await passBatchEnd(out, group))) return false;
+      continue;
+    }
+    counts.groups_in += 1;
+    const members = scoredMembers(group, (i) => i.errored, counts);
+    if (members === undefined) continue;
+    await each(group, members);
+    if (out.closed) return false;
+  }
+  gate();
+  await out.end();
+  return true;
+}
