@@ -1,14 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import { type Baseline, groupAdvantages } from '../algo/advantage.js';
-import {
-  appendField,
-  type InfraCounts,
-  readTrajectoryGroups,
-  runGroupStage,
-  type StageItem,
-  stageItem,
-} from '../algo/group.js';
-import { openOutput } from '../ndjson/index.js';
+import { appendField, type GroupStageFlags, type InfraCounts, runGroupStage } from '../algo/group.js';
 import { choice, interactive, number, parse, program } from '../program.js';
 import { groupStageOptions } from './group-options.js';
 
@@ -36,22 +28,15 @@ export async function run(argv: string[]): Promise<void> {
     .option('--stats <file>', 'write the JSON stats line to FILE (default: stderr, when there is news)');
   groupStageOptions(cmd);
   if (!parse(cmd, argv)) return;
-  const opts = cmd.opts<{
-    baseline: Baseline;
-    std: boolean;
-    epsilon: number;
-    groupSize?: number;
-    maxErrorShare?: number;
-    stats?: string;
-    threads: number;
-  }>();
+  const opts = cmd.opts<
+    {
+      baseline: Baseline;
+      std: boolean;
+      epsilon: number;
+      stats?: string;
+    } & GroupStageFlags
+  >();
 
-  const input = readTrajectoryGroups<StageItem>(
-    cmd.args[0],
-    { size: opts.groupSize, threads: opts.threads, task: { kind: 'advantage' } },
-    stageItem,
-  );
-  const out = openOutput();
   const stats: AdvantageStats = {
     groups_in: 0,
     groups_out: 0,
@@ -61,13 +46,14 @@ export async function run(argv: string[]): Promise<void> {
     infra_error_groups: 0,
     infra_only_groups: 0,
   };
-  const finished = await runGroupStage(
-    'advantage',
-    input,
-    out,
-    opts.maxErrorShare,
-    stats,
-    async (_, members) => {
+  const finished = await runGroupStage({
+    command: 'advantage',
+    file: cmd.args[0],
+    flags: opts,
+    task: { kind: 'advantage' },
+    fields: () => ({}),
+    counts: stats,
+    each: async (_, members, out) => {
       stats.groups_out += 1;
       const items = members.map((m) => m.item);
       const advantages = groupAdvantages(
@@ -80,9 +66,8 @@ export async function run(argv: string[]): Promise<void> {
         if (out.closed) return;
       }
     },
-  );
+  });
   if (!finished) return;
-  stats.records_in = input.records();
   const line = `${JSON.stringify(stats)}\n`;
   if (opts.stats) writeFileSync(opts.stats, line);
   else if (stats.infra_errors > 0 || interactive()) process.stderr.write(`rstar advantage: ${line}`);

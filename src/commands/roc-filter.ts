@@ -1,11 +1,10 @@
 import { writeFileSync } from 'node:fs';
 import {
   appendField,
+  type GroupStageFlags,
   type InfraCounts,
-  readTrajectoryGroups,
   runGroupStage,
   type StageItem,
-  stageItem,
 } from '../algo/group.js';
 import { PENALTY_MODES, type PenaltyMode, type ScoredText } from '../algo/penalty.js';
 import {
@@ -16,7 +15,6 @@ import {
   rewardsAllZero,
   rocSelect,
 } from '../algo/roc.js';
-import { openOutput } from '../ndjson/index.js';
 import { choice, integer, parse, program } from '../program.js';
 import { groupStageOptions } from './group-options.js';
 
@@ -81,19 +79,18 @@ export async function run(argv: string[]): Promise<void> {
     .option('--stats <file>', 'write the JSON summary to FILE instead of stderr');
   groupStageOptions(cmd);
   if (!parse(cmd, argv)) return;
-  const opts = cmd.opts<{
-    keep: number;
-    minPos: number;
-    minNeg: number;
-    rejectEqual: boolean;
-    positives: PositiveSelection;
-    seed: number;
-    penalty: PenaltyMode;
-    groupSize?: number;
-    stats?: string;
-    maxErrorShare?: number;
-    threads: number;
-  }>();
+  const opts = cmd.opts<
+    {
+      keep: number;
+      minPos: number;
+      minNeg: number;
+      rejectEqual: boolean;
+      positives: PositiveSelection;
+      seed: number;
+      penalty: PenaltyMode;
+      stats?: string;
+    } & GroupStageFlags
+  >();
   // The release asserts this before sampling (resample_of_correct); rstar runs the same arithmetic anyway,
   // which is the only way its keep-the-whole-group branch (both classes short) can be reached.
   if (opts.minPos + opts.minNeg > opts.keep) {
@@ -107,23 +104,18 @@ export async function run(argv: string[]): Promise<void> {
       `rstar roc-filter: warning: --group-size ${opts.groupSize} is below --keep ${opts.keep}: every group will be dropped\n`,
     );
   }
-  const input = readTrajectoryGroups<Scored>(
-    cmd.args[0],
-    { size: opts.groupSize, threads: opts.threads, task: { kind: 'roc', penalty: opts.penalty } },
-    (record, raw) => ({ ...(record.scored as ScoredText), ...stageItem(record, raw) }),
-  );
-  const out = openOutput();
   const stats = emptyStats();
   let penaltySum = 0;
   let scoredRecords = 0;
 
-  const finished = await runGroupStage(
-    'roc-filter',
-    input,
-    out,
-    opts.maxErrorShare,
-    stats,
-    async (group, members) => {
+  const finished = await runGroupStage<Scored>({
+    command: 'roc-filter',
+    file: cmd.args[0],
+    flags: opts,
+    task: { kind: 'roc', penalty: opts.penalty },
+    fields: (record) => record.scored as ScoredText,
+    counts: stats,
+    each: async (group, members, out) => {
       const items = members.map((m) => m.item);
       const rewards = items.map((s) => s.reward);
       if (rewardsAllEqual(rewards)) {
@@ -178,10 +170,9 @@ export async function run(argv: string[]): Promise<void> {
         if (out.closed) return;
       }
     },
-  );
+  });
   if (!finished) return;
 
-  stats.records_in = input.records();
   stats.tool_error_ratio = stats.tool_responses > 0 ? stats.tool_errors / stats.tool_responses : 0;
   stats.tool_error_penalty_mean = scoredRecords > 0 ? penaltySum / scoredRecords : 0;
   stats.answer_tags.per_rollout_mean =
