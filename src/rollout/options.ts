@@ -39,6 +39,7 @@ export interface SharedRolloutFlags {
   schedule: Policy;
   compat: Compat;
   toolCache: ToolCacheMode;
+  engineTimeout: number;
 }
 
 /** What the flags only `rstar rollout` takes parse to: the runner's knobs eval leaves at their defaults. */
@@ -48,7 +49,6 @@ export interface RunnerFlags {
   toolResponseMaxChars: number;
   concurrency: number;
   scrapeMs: number;
-  engineTimeout: number;
 }
 
 const D = ROLLOUT_DEFAULTS satisfies {
@@ -113,14 +113,17 @@ export function sharedRolloutOptions(samples: number): Option[] {
       TOOL_CACHE_MODES,
       D.toolCache,
     ),
+    engineTimeout(),
   ];
 }
 
-/** The runner's knobs only `rstar rollout` exposes. */
-export function runnerOptions(): Option[] {
-  const engineTimeout = new Option('--engine-timeout <s>', 'one engine request, seconds')
+const engineTimeout = () =>
+  new Option('--engine-timeout <s>', 'one engine request, seconds')
     .argParser(number(1))
     .default(D.timeoutSeconds);
+
+/** The runner's knobs only `rstar rollout` exposes (and rollout's old spelling of --engine-timeout). */
+export function runnerOptions(): Option[] {
   return [
     new Option('--tools <file>', 'tool schemas JSON (default: python_code_with_standard_io)'),
     new Option('--max-parallel-calls <n>', 'tool calls executed per turn')
@@ -133,8 +136,7 @@ export function runnerOptions(): Option[] {
     new Option('--scrape-ms <ms>', 'KV capacity scrape interval (0: only at start)')
       .argParser(integer(0))
       .default(D.scrapeMs),
-    engineTimeout,
-    deprecatedAlias('--timeout <s>', engineTimeout),
+    deprecatedAlias('--timeout <s>', engineTimeout()),
   ];
 }
 

@@ -290,6 +290,7 @@ describe('--help and bad values, every command', () => {
   it('a bad number reads the same in every command', async () => {
     const cases: [string[], string][] = [
       [['rollout', '--top-p', '2'], 'rstar rollout: --top-p: 2 is not a number in [0, 1]'],
+      [['eval', '--engine-timeout', '0'], 'rstar eval: --engine-timeout: 0 is not a number >= 1'],
       [
         ['engine-serve', '--model', 'm', '--port', '70000'],
         'rstar engine-serve: --port: 70000 is not an integer in [0, 65535]',
