@@ -275,7 +275,7 @@ export interface StageItem {
 export interface GroupStageFlags {
   groupSize?: number;
   maxErrorShare?: number;
-  threads: number;
+  parseThreads: number;
 }
 
 export interface GroupStage<T extends StageItem> {
@@ -302,7 +302,7 @@ export async function runGroupStage<T extends StageItem>(stage: GroupStage<T>): 
   const { flags, counts } = stage;
   const input = readTrajectoryGroups<T>(
     stage.file,
-    { size: flags.groupSize, threads: flags.threads, task: stage.task },
+    { size: flags.groupSize, threads: flags.parseThreads, task: stage.task },
     (record, raw) =>
       ({
         ...stage.fields(record),

@@ -119,6 +119,14 @@ describe('a renamed flag (the helper)', () => {
  * the helper's tests and the token test below cover the mapping itself).
  */
 const RENAMES: { cmd: string; old: string; now: string; value: string; rest: string[]; inParse?: true }[] = [
+  {
+    cmd: 'roc-filter',
+    old: '--threads',
+    now: '--parse-threads',
+    value: '1',
+    rest: ['--keep', '0'],
+    inParse: true,
+  },
   { cmd: 'rollout', old: '--kv-tokens', now: '--max-total-tokens', value: '64', rest: [] },
   { cmd: 'rollout', old: '--timeout', now: '--engine-timeout', value: '5', rest: [] },
   {
