@@ -4,7 +4,7 @@
  * so memory holds only the groups still open; without one, every group waits for the end of input.
  */
 import { DataError } from '../errors.js';
-import { type NdjsonWriter, openInput, readLines, type SourceLine } from '../ndjson/index.js';
+import { type NdjsonWriter, openInput, openOutput, readLines, type SourceLine } from '../ndjson/index.js';
 import { type ParsedRecord, type ParseTask, type PoolOptions, parseTrajectories } from './parse-pool.js';
 
 export interface Member<T> {
@@ -260,4 +260,73 @@ export function readTrajectoryGroups<T>(
 export function appendField(raw: string, name: string, value: unknown): string {
   const text = raw.trimEnd();
   return `${text.slice(0, -1)},${JSON.stringify(name)}:${JSON.stringify(value)}}`;
+}
+
+/** What both group stages keep of a record, besides their own fields. */
+export interface StageItem {
+  /** The input line (without the field the stage writes, if it had one), to which the new one is appended. */
+  raw: string;
+  reward: number;
+  /** `finish: "error"`: an infrastructure failure, left out of its group and of the output. */
+  errored: boolean;
+}
+
+/** The flags both group stages take (commands/group-options.ts). */
+export interface GroupStageFlags {
+  groupSize?: number;
+  maxErrorShare?: number;
+  parseThreads: number;
+}
+
+export interface GroupStage<T extends StageItem> {
+  command: string;
+  /** Trajectories (NDJSON); stdin when undefined or `-`. */
+  file: string | undefined;
+  flags: GroupStageFlags;
+  task: ParseTask;
+  /** The stage's own fields of a record, beside those of StageItem. */
+  fields: (record: ParsedRecord) => Omit<T, keyof StageItem>;
+  /** Infrastructure failures and groups in are counted here, and records in once the input is read. */
+  counts: InfraCounts & { groups_in: number; records_in: number };
+  /** Writes what the stage keeps of a group's scored members. */
+  each: (group: Group<T>, members: Member<T>[], out: NdjsonWriter) => Promise<void>;
+}
+
+/**
+ * The loop both group stages (roc-filter, advantage) run: reads the trajectories grouped by problem,
+ * checks `--max-error-share` before each group and at the end, passes batch ends on, and hands each
+ * group's scored members (infrastructure failures counted) to `each`. Ends the output; false when
+ * the reader has gone (the stage then stops without its stats).
+ */
+export async function runGroupStage<T extends StageItem>(stage: GroupStage<T>): Promise<boolean> {
+  const { flags, counts } = stage;
+  const input = readTrajectoryGroups<T>(
+    stage.file,
+    { size: flags.groupSize, threads: flags.parseThreads, task: stage.task },
+    (record, raw) =>
+      ({
+        ...stage.fields(record),
+        raw: record.without ?? raw,
+        reward: record.reward,
+        errored: record.finish === 'error',
+      }) as T,
+  );
+  const out = openOutput();
+  const gate = errorShareGate(stage.command, input, flags.maxErrorShare);
+  for await (const group of input.groups) {
+    gate();
+    if (isBatchEnd(group)) {
+      if (!(await passBatchEnd(out, group))) return false;
+      continue;
+    }
+    counts.groups_in += 1;
+    const members = scoredMembers(group, (i) => i.errored, counts);
+    if (members === undefined) continue;
+    await stage.each(group, members, out);
+    if (out.closed) return false;
+  }
+  gate();
+  await out.end();
+  counts.records_in = input.records();
+  return true;
 }

@@ -172,9 +172,10 @@ export const TRAIN_FLAGS = {
     default: 'auto',
     backend: 'optimizer_state',
   },
-  epochs: {
-    flags: '--epochs <e>',
-    description: 'passes over the batch (each pass makes --mini-batches updates)',
+  // not --epochs: sft-train's epochs are passes over the data set
+  passesPerBatch: {
+    flags: '--passes-per-batch <e>',
+    description: 'passes over each batch (each pass makes --mini-batches updates)',
     parse: integer(1),
     default: 1,
     backend: 'epochs',

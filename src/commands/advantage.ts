@@ -1,25 +1,8 @@
 import { writeFileSync } from 'node:fs';
 import { type Baseline, groupAdvantages } from '../algo/advantage.js';
-import {
-  appendField,
-  errorShareGate,
-  type InfraCounts,
-  isBatchEnd,
-  passBatchEnd,
-  readTrajectoryGroups,
-  scoredMembers,
-} from '../algo/group.js';
-import { openOutput } from '../ndjson/index.js';
+import { appendField, type GroupStageFlags, type InfraCounts, runGroupStage } from '../algo/group.js';
 import { choice, interactive, number, parse, program } from '../program.js';
 import { groupStageOptions } from './group-options.js';
-
-interface Item {
-  /** The input line (without any `advantage` it already had), to which the new one is appended. */
-  raw: string;
-  reward: number;
-  /** `finish: "error"`: an infrastructure failure, left out of its group and of the output. */
-  errored: boolean;
-}
 
 /** The stats line: what went in, what came out, and the infrastructure failures left out. */
 export interface AdvantageStats extends InfraCounts {
@@ -45,27 +28,15 @@ export async function run(argv: string[]): Promise<void> {
     .option('--stats <file>', 'write the JSON stats line to FILE (default: stderr, when there is news)');
   groupStageOptions(cmd);
   if (!parse(cmd, argv)) return;
-  const opts = cmd.opts<{
-    baseline: Baseline;
-    std: boolean;
-    epsilon: number;
-    groupSize?: number;
-    maxErrorShare?: number;
-    stats?: string;
-    threads: number;
-  }>();
+  const opts = cmd.opts<
+    {
+      baseline: Baseline;
+      std: boolean;
+      epsilon: number;
+      stats?: string;
+    } & GroupStageFlags
+  >();
 
-  const input = readTrajectoryGroups<Item>(
-    cmd.args[0],
-    { size: opts.groupSize, threads: opts.threads, task: { kind: 'advantage' } },
-    (record, raw) => ({
-      raw: record.without ?? raw,
-      reward: record.reward,
-      errored: record.finish === 'error',
-    }),
-  );
-  const out = openOutput();
-  const gate = errorShareGate('advantage', input, opts.maxErrorShare);
   const stats: AdvantageStats = {
     groups_in: 0,
     groups_out: 0,
@@ -75,30 +46,28 @@ export async function run(argv: string[]): Promise<void> {
     infra_error_groups: 0,
     infra_only_groups: 0,
   };
-  for await (const group of input.groups) {
-    gate();
-    if (isBatchEnd(group)) {
-      if (!(await passBatchEnd(out, group))) return;
-      continue;
-    }
-    stats.groups_in += 1;
-    const members = scoredMembers(group, (i) => i.errored, stats);
-    if (members === undefined) continue;
-    stats.groups_out += 1;
-    const items = members.map((m) => m.item);
-    const advantages = groupAdvantages(
-      items.map((i) => i.reward),
-      { baseline: opts.baseline, normalizeStd: opts.std, epsilon: opts.epsilon },
-    );
-    for (const [k, item] of items.entries()) {
-      await out.writeRaw(appendField(item.raw, 'advantage', advantages[k]));
-      stats.records_out += 1;
-      if (out.closed) return;
-    }
-  }
-  gate();
-  await out.end();
-  stats.records_in = input.records();
+  const finished = await runGroupStage({
+    command: 'advantage',
+    file: cmd.args[0],
+    flags: opts,
+    task: { kind: 'advantage' },
+    fields: () => ({}),
+    counts: stats,
+    each: async (_, members, out) => {
+      stats.groups_out += 1;
+      const items = members.map((m) => m.item);
+      const advantages = groupAdvantages(
+        items.map((i) => i.reward),
+        { baseline: opts.baseline, normalizeStd: opts.std, epsilon: opts.epsilon },
+      );
+      for (const [k, item] of items.entries()) {
+        await out.writeRaw(appendField(item.raw, 'advantage', advantages[k]));
+        stats.records_out += 1;
+        if (out.closed) return;
+      }
+    },
+  });
+  if (!finished) return;
   const line = `${JSON.stringify(stats)}\n`;
   if (opts.stats) writeFileSync(opts.stats, line);
   else if (stats.infra_errors > 0 || interactive()) process.stderr.write(`rstar advantage: ${line}`);

@@ -1,13 +1,12 @@
 import { engineArgs } from '../backend/engine.js';
 import { backendEnv, findPython } from '../backend/python.js';
-import { UsageError } from '../errors.js';
 import { spawnServer, writeReadyFile } from '../process/serve.js';
 import { choice, integer, parse, program } from '../program.js';
 
 export async function run(argv: string[]): Promise<void> {
   const cmd = program('engine-serve', 'embedded inference engine speaking the SGLang HTTP subset')
     .requiredOption('--model <dir>', 'checkpoint folder (HF layout)')
-    .option('--port <n>', 'port (0: any free port)', integer(0), 30000)
+    .option('--port <n>', 'port (0: any free port)', integer(0, 65535), 30000)
     .option('--host <addr>', 'bind address', '127.0.0.1')
     .option(
       '--max-total-tokens <n>',
@@ -64,7 +63,6 @@ export async function run(argv: string[]): Promise<void> {
     decodeKv: 'rows' | 'pool';
     readyFile?: string;
   }>();
-  if (o.port > 65535) throw new UsageError('--port: expected 0..65535');
   const python = await findPython();
   // The server prints `listening on http://HOST:PORT` and its own errors on stderr, passed through
   // as they come (no double report); the wrapper only watches for that line.

@@ -67,7 +67,7 @@ export async function run(argv: string[]): Promise<void> {
       'evaluate saved trajectories instead of rolling out (repeatable)',
       collect,
     )
-    .option('--reverify', 're-score trajectories with src/reward instead of trusting their reward')
+    .option('--reverify', 're-score trajectories (as rstar verify does) instead of trusting their reward')
     .option('--compare <reports...>', 'print B - A of two report.json files as a markdown table')
     .option(
       '--curve <file>',

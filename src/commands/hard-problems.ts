@@ -1,6 +1,5 @@
-import { UsageError } from '../errors.js';
 import { NdjsonWriter, openInput, readAll, readRecords } from '../ndjson/index.js';
-import { parse, program } from '../program.js';
+import { integer, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
 
@@ -17,13 +16,14 @@ export async function run(argv: string[]): Promise<void> {
   )
     .argument('<trajectories...>', 'trajectory files of the last pass (NDJSON), oldest first')
     .requiredOption('--problems <file>', 'the problem set to filter (NDJSON Problem records)')
-    .option('--min-samples <n>', 'a group needs this many scored rollouts to prove a problem easy', '2');
+    .option(
+      '--min-samples <n>',
+      'a group needs this many scored rollouts to prove a problem easy',
+      integer(1),
+      2,
+    );
   if (!parse(cmd, argv)) return;
-  const opts = cmd.opts<{ problems: string; minSamples: string }>();
-  const minSamples = Number(opts.minSamples);
-  if (!Number.isInteger(minSamples) || minSamples < 1) {
-    throw new UsageError(`--min-samples: expected a positive integer, got '${opts.minSamples}'`);
-  }
+  const { problems, minSamples } = cmd.opts<{ problems: string; minSamples: number }>();
   // Per problem: its latest step's rewards (a later step replaces an earlier one).
   const latest = new Map<string, { step: number; rewards: number[] }>();
   let order = 0;
@@ -46,7 +46,7 @@ export async function run(argv: string[]): Promise<void> {
   const out = new NdjsonWriter();
   let kept = 0;
   let total = 0;
-  for (const { record } of await readAll(opts.problems, Problem)) {
+  for (const { record } of await readAll(problems, Problem)) {
     total += 1;
     if (solved(record.id)) continue;
     kept += 1;

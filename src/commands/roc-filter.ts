@@ -1,12 +1,10 @@
 import { writeFileSync } from 'node:fs';
 import {
   appendField,
-  errorShareGate,
+  type GroupStageFlags,
   type InfraCounts,
-  isBatchEnd,
-  passBatchEnd,
-  readTrajectoryGroups,
-  scoredMembers,
+  runGroupStage,
+  type StageItem,
 } from '../algo/group.js';
 import { PENALTY_MODES, type PenaltyMode, type ScoredText } from '../algo/penalty.js';
 import {
@@ -17,17 +15,10 @@ import {
   rewardsAllZero,
   rocSelect,
 } from '../algo/roc.js';
-import { openOutput } from '../ndjson/index.js';
 import { choice, integer, parse, program } from '../program.js';
 import { groupStageOptions } from './group-options.js';
 
-interface Scored extends ScoredText {
-  /** The input line (without any `penalty` it already had), to which the new penalty is appended. */
-  raw: string;
-  reward: number;
-  /** `finish: "error"`: an infrastructure failure, left out of RoC and of the output. */
-  errored: boolean;
-}
+interface Scored extends ScoredText, StageItem {}
 
 /** The summary: the release's `reject_equal_reward/*`, `roc_error_ratio/*` and `roc_answer_format/*` metrics. */
 export interface RocStats extends InfraCounts {
@@ -88,19 +79,18 @@ export async function run(argv: string[]): Promise<void> {
     .option('--stats <file>', 'write the JSON summary to FILE instead of stderr');
   groupStageOptions(cmd);
   if (!parse(cmd, argv)) return;
-  const opts = cmd.opts<{
-    keep: number;
-    minPos: number;
-    minNeg: number;
-    rejectEqual: boolean;
-    positives: PositiveSelection;
-    seed: number;
-    penalty: PenaltyMode;
-    groupSize?: number;
-    stats?: string;
-    maxErrorShare?: number;
-    threads: number;
-  }>();
+  const opts = cmd.opts<
+    {
+      keep: number;
+      minPos: number;
+      minNeg: number;
+      rejectEqual: boolean;
+      positives: PositiveSelection;
+      seed: number;
+      penalty: PenaltyMode;
+      stats?: string;
+    } & GroupStageFlags
+  >();
   // The release asserts this before sampling (resample_of_correct); rstar runs the same arithmetic anyway,
   // which is the only way its keep-the-whole-group branch (both classes short) can be reached.
   if (opts.minPos + opts.minNeg > opts.keep) {
@@ -114,89 +104,75 @@ export async function run(argv: string[]): Promise<void> {
       `rstar roc-filter: warning: --group-size ${opts.groupSize} is below --keep ${opts.keep}: every group will be dropped\n`,
     );
   }
-  const input = readTrajectoryGroups<Scored>(
-    cmd.args[0],
-    { size: opts.groupSize, threads: opts.threads, task: { kind: 'roc', penalty: opts.penalty } },
-    (record, raw) => ({
-      ...(record.scored as ScoredText),
-      raw: record.without ?? raw,
-      reward: record.reward,
-      errored: record.finish === 'error',
-    }),
-  );
-  const gate = errorShareGate('roc-filter', input, opts.maxErrorShare);
-  const out = openOutput();
   const stats = emptyStats();
   let penaltySum = 0;
   let scoredRecords = 0;
 
-  for await (const group of input.groups) {
-    gate();
-    if (isBatchEnd(group)) {
-      if (!(await passBatchEnd(out, group))) return;
-      continue;
-    }
-    stats.groups_in += 1;
-    const members = scoredMembers(group, (s) => s.errored, stats);
-    if (members === undefined) continue;
-    const items = members.map((m) => m.item);
-    const rewards = items.map((s) => s.reward);
-    if (rewardsAllEqual(rewards)) {
-      stats.equal_reward += 1;
-      if (rewardsAllZero(rewards)) stats.equal_reward_all_zero += 1;
-      else stats.equal_reward_non_zero += 1;
-    }
-    const decision = rocSelect(
-      items.map((s, i) => ({ sample: members[i].sample, reward: s.reward, penalty: s.penalty.total })),
-      {
-        keep: opts.keep,
-        minPos: opts.minPos,
-        minNeg: opts.minNeg,
-        rejectEqual: opts.rejectEqual,
-        positives: opts.positives,
-        random: opts.positives === 'weighted' ? groupRandom(opts.seed, group.key) : undefined,
-      },
-    );
-    if (decision.outcome === 'rejected-equal') {
-      stats.rejected_equal += 1;
-      continue;
-    }
-    // calc_*_penalty_weights run over every record that survived reject_equal_reward.
-    for (const s of items) {
-      scoredRecords += 1;
-      penaltySum += s.penalty.tool_error;
-      stats.tool_errors += s.toolErrors;
-      stats.tool_responses += s.toolResponses;
-      stats.answer_tags.per_rollout_mean += s.answerTags;
-      if (s.answerTags === 0) stats.answer_tags.zero += 1;
-      else if (s.answerTags === 1) stats.answer_tags.one += 1;
-      else stats.answer_tags.more += 1;
-    }
-    if (decision.outcome === 'too-small') stats.too_small += 1;
-    else if (decision.outcome === 'kept-whole') stats.kept_whole += 1;
-    else if (decision.outcome === 'both-short') stats.both_short += 1;
-    else stats.sampled += 1;
-    if (decision.sizeMismatch) {
-      stats.size_mismatch += 1;
-      process.stderr.write(
-        `rstar roc-filter: warning: group '${group.key}' keeps ${decision.kept.length}, not --keep ${opts.keep} (the release would assert here)\n`,
+  const finished = await runGroupStage<Scored>({
+    command: 'roc-filter',
+    file: cmd.args[0],
+    flags: opts,
+    task: { kind: 'roc', penalty: opts.penalty },
+    fields: (record) => record.scored as ScoredText,
+    counts: stats,
+    each: async (group, members, out) => {
+      const items = members.map((m) => m.item);
+      const rewards = items.map((s) => s.reward);
+      if (rewardsAllEqual(rewards)) {
+        stats.equal_reward += 1;
+        if (rewardsAllZero(rewards)) stats.equal_reward_all_zero += 1;
+        else stats.equal_reward_non_zero += 1;
+      }
+      const decision = rocSelect(
+        items.map((s, i) => ({ sample: members[i].sample, reward: s.reward, penalty: s.penalty.total })),
+        {
+          keep: opts.keep,
+          minPos: opts.minPos,
+          minNeg: opts.minNeg,
+          rejectEqual: opts.rejectEqual,
+          positives: opts.positives,
+          random: opts.positives === 'weighted' ? groupRandom(opts.seed, group.key) : undefined,
+        },
       );
-    }
-    if (decision.kept.length === 0) continue;
-    stats.groups_out += 1;
-    for (const i of decision.kept) {
-      const s = items[i];
-      stats.records_out += 1;
-      if (isPositive(s.reward)) stats.positives_out += 1;
-      else stats.negatives_out += 1;
-      await out.writeRaw(appendField(s.raw, 'penalty', s.penalty));
-      if (out.closed) return;
-    }
-  }
-  gate();
-  await out.end();
+      if (decision.outcome === 'rejected-equal') {
+        stats.rejected_equal += 1;
+        return;
+      }
+      // calc_*_penalty_weights run over every record that survived reject_equal_reward.
+      for (const s of items) {
+        scoredRecords += 1;
+        penaltySum += s.penalty.tool_error;
+        stats.tool_errors += s.toolErrors;
+        stats.tool_responses += s.toolResponses;
+        stats.answer_tags.per_rollout_mean += s.answerTags;
+        if (s.answerTags === 0) stats.answer_tags.zero += 1;
+        else if (s.answerTags === 1) stats.answer_tags.one += 1;
+        else stats.answer_tags.more += 1;
+      }
+      if (decision.outcome === 'too-small') stats.too_small += 1;
+      else if (decision.outcome === 'kept-whole') stats.kept_whole += 1;
+      else if (decision.outcome === 'both-short') stats.both_short += 1;
+      else stats.sampled += 1;
+      if (decision.sizeMismatch) {
+        stats.size_mismatch += 1;
+        process.stderr.write(
+          `rstar roc-filter: warning: group '${group.key}' keeps ${decision.kept.length}, not --keep ${opts.keep} (the release would assert here)\n`,
+        );
+      }
+      if (decision.kept.length === 0) return;
+      stats.groups_out += 1;
+      for (const i of decision.kept) {
+        const s = items[i];
+        stats.records_out += 1;
+        if (isPositive(s.reward)) stats.positives_out += 1;
+        else stats.negatives_out += 1;
+        await out.writeRaw(appendField(s.raw, 'penalty', s.penalty));
+        if (out.closed) return;
+      }
+    },
+  });
+  if (!finished) return;
 
-  stats.records_in = input.records();
   stats.tool_error_ratio = stats.tool_responses > 0 ? stats.tool_errors / stats.tool_responses : 0;
   stats.tool_error_penalty_mean = scoredRecords > 0 ? penaltySum / scoredRecords : 0;
   stats.answer_tags.per_rollout_mean =

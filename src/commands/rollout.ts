@@ -3,7 +3,7 @@ import { dirname } from 'node:path';
 import { startEngine } from '../backend/engine.js';
 import { UsageError } from '../errors.js';
 import { NdjsonWriter, openInput, openOutput, readAll, readRecords } from '../ndjson/index.js';
-import { choice, integer, interactive, number, parse, program } from '../program.js';
+import { addDeprecatedAlias, choice, integer, interactive, number, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
 import {
@@ -33,7 +33,7 @@ interface Flags extends SharedRolloutFlags, RunnerFlags {
   reload?: string;
   weightVersion?: string;
   model?: string;
-  kvTokens?: number;
+  maxTotalTokens?: number;
   prior?: string;
   steps?: number;
   batch?: number;
@@ -119,7 +119,11 @@ export async function run(argv: string[]): Promise<void> {
     .option('--reload <checkpoint>', 'make every engine load CHECKPOINT first and wait for it')
     .option('--weight-version <label>', '--reload: label the loaded weights (the RL step they come from)')
     .option('--model <dir>', 'checkpoint for the embedded engine when no --engine is given')
-    .option('--kv-tokens <n>', 'KV budget of the embedded engine', integer(1))
+    .option(
+      '--max-total-tokens <n>',
+      "the embedded engine's KV cache budget in tokens (engine-serve's flag)",
+      integer(1),
+    )
     .option(
       '--steps <s>',
       'RL loop: S steps of --batch problems each, each closed by an end_batch line',
@@ -165,6 +169,7 @@ export async function run(argv: string[]): Promise<void> {
       "RL loop: also write each step's trajectories to this file ({step}), whole or not at all",
     )
     .option('--step-stats <file>', "RL loop: append each step's statistics (the end_batch line) to FILE");
+  addDeprecatedAlias(cmd, '--kv-tokens <n>', '--max-total-tokens');
   if (!parse(cmd, argv)) return;
   const f = cmd.opts<Flags>();
   if (f.problems === undefined && f.reload === undefined) throw new UsageError('--problems FILE is required');
@@ -192,12 +197,12 @@ export async function run(argv: string[]): Promise<void> {
   try {
     let urls = f.engine;
     if (urls.length === 0) {
-      const engine = await startEngine({ model: f.model!, maxTotalTokens: f.kvTokens });
+      const engine = await startEngine({ model: f.model!, maxTotalTokens: f.maxTotalTokens });
       closers.push(() => engine.close());
       urls = [engine.url];
     }
     const engines: EngineClient[] = urls.map((u) =>
-      engineClient(u, f.engineKind, { timeoutMs: f.timeout * 1000 }),
+      engineClient(u, f.engineKind, { timeoutMs: f.engineTimeout * 1000 }),
     );
     if (f.reload !== undefined) {
       await Promise.all(engines.map((e) => e.reload(f.reload!, f.weightVersion)));

@@ -1,6 +1,6 @@
 import { openInput, readRecords } from '../ndjson/index.js';
 import { NdjsonWriter } from '../ndjson/write.js';
-import { integer, number, parse, program } from '../program.js';
+import { addDeprecatedAlias, integer, number, parse, program } from '../program.js';
 import { Submission, type SubmissionResult } from '../records/sandbox.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { startSandbox } from '../sandbox/embedded.js';
@@ -12,25 +12,31 @@ export async function run(argv: string[]): Promise<void> {
   )
     .argument('[file]', 'submissions NDJSON (default: stdin)')
     .option('--sandbox <url>', 'sandbox-serve (or code-judge) URL; without it an embedded service runs')
-    .option('--token <token>', 'bearer token for --sandbox (env RSTAR_SANDBOX_TOKEN)')
+    .option('--sandbox-token <token>', 'bearer token of --sandbox (env RSTAR_SANDBOX_TOKEN)')
     .option('--workers <n>', 'embedded service: warm executors', integer(1))
-    .option('--timeout <s>', 'embedded service: wall-clock limit per call, seconds', number(0.01, 3600))
+    .option(
+      '--tool-timeout <s>',
+      "embedded service: one tool call's wall-clock limit, seconds",
+      number(0.01, 3600),
+    )
     .option('--memory <mb>', 'embedded service: memory per call, MiB', integer(16))
     .option('--concurrency <n>', 'submissions in flight', integer(1), 1024);
+  addDeprecatedAlias(cmd, '--token <token>', '--sandbox-token');
+  addDeprecatedAlias(cmd, '--timeout <s>', '--tool-timeout');
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<{
     sandbox?: string;
-    token?: string;
+    sandboxToken?: string;
     workers?: number;
-    timeout?: number;
+    toolTimeout?: number;
     memory?: number;
     concurrency: number;
   }>();
   const embedded = o.sandbox
     ? undefined
-    : await startSandbox({ workers: o.workers, timeoutS: o.timeout, memoryMb: o.memory });
+    : await startSandbox({ workers: o.workers, timeoutS: o.toolTimeout, memoryMb: o.memory });
   const client = new SandboxClient(o.sandbox ?? (embedded as { url: string }).url, {
-    token: o.token ?? process.env.RSTAR_SANDBOX_TOKEN,
+    token: o.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN,
   });
   const writer = new NdjsonWriter();
   try {

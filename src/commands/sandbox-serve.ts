@@ -1,6 +1,6 @@
 import { UsageError } from '../errors.js';
 import { writeReadyFile } from '../process/serve.js';
-import { integer, number, parse, program } from '../program.js';
+import { addDeprecatedAlias, integer, number, parse, program } from '../program.js';
 import { defaultOptions, LocalPool, type Runner } from '../sandbox/pool.js';
 import { createSandboxServer, listen } from '../sandbox/server.js';
 
@@ -8,10 +8,10 @@ const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
 
 export async function run(argv: string[]): Promise<void> {
   const cmd = program('sandbox-serve', 'isolated Python execution service (code-judge compatible API)')
-    .option('--host <host>', 'bind address (non-loopback requires --token)', '127.0.0.1')
-    .option('--port <n>', 'port (0 = any free port)', integer(0), 8088)
+    .option('--host <host>', 'bind address (non-loopback requires --sandbox-token)', '127.0.0.1')
+    .option('--port <n>', 'port (0 = any free port)', integer(0, 65535), 8088)
     .option('--workers <n>', 'warm executors (default: 2 x CPUs)', integer(1))
-    .option('--timeout <s>', 'wall-clock limit per call, seconds', number(0.01, 3600), 10)
+    .option('--tool-timeout <s>', "one tool call's wall-clock limit, seconds", number(0.01, 3600), 10)
     .option('--memory <mb>', 'memory per call, MiB', integer(16), 512)
     .option('--output-chars <n>', 'stdout/stderr characters returned per call', integer(0), 1000)
     .option('--queue-timeout <s>', 'queue wait before queue_timeout (/run, /run/batch)', number(0, 86400), 20)
@@ -22,31 +22,33 @@ export async function run(argv: string[]): Promise<void> {
       number(0.01, 4096),
     )
     .option('--redis <url>', 'share one Redis queue with other sandbox-serve processes')
-    .option('--token <token>', 'require `Authorization: Bearer TOKEN` (env RSTAR_SANDBOX_TOKEN)')
+    .option('--sandbox-token <token>', 'require `Authorization: Bearer TOKEN` (env RSTAR_SANDBOX_TOKEN)')
     .option('--ready-file <file>', 'write the URL to FILE once listening (for scripts)');
+  addDeprecatedAlias(cmd, '--token <token>', '--sandbox-token');
+  addDeprecatedAlias(cmd, '--timeout <s>', '--tool-timeout');
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<{
     host: string;
     port: number;
     workers?: number;
-    timeout: number;
+    toolTimeout: number;
     memory: number;
     outputChars: number;
     queueTimeout: number;
     maxQueue?: number;
     cpus?: number;
     redis?: string;
-    token?: string;
+    sandboxToken?: string;
     readyFile?: string;
   }>();
-  const token = o.token ?? process.env.RSTAR_SANDBOX_TOKEN;
+  const token = o.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN;
   if (!LOOPBACK.has(o.host) && !token) {
-    throw new UsageError(`binding ${o.host} (not loopback) requires --token`);
+    throw new UsageError(`binding ${o.host} (not loopback) requires --sandbox-token`);
   }
   const log = (line: string) => process.stderr.write(`${line}\n`);
   const options = defaultOptions({
     ...(o.workers !== undefined ? { workers: o.workers } : {}),
-    timeoutS: o.timeout,
+    timeoutS: o.toolTimeout,
     memoryMb: o.memory,
     outputChars: o.outputChars,
     queueTimeoutS: o.queueTimeout,

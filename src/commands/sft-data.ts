@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UsageError } from '../errors.js';
 import { type NdjsonWriter, openOutput } from '../ndjson/index.js';
-import { integer, number, parse, program } from '../program.js';
+import { addDeprecatedAlias, choice, integer, number, parse, program } from '../program.js';
 import { Rng } from '../random.js';
 import { loadProtocol } from '../rollout/protocol.js';
 import { SandboxClient } from '../sandbox/client.js';
@@ -27,7 +27,7 @@ interface Options {
   tokenizer: string;
   chatTemplate: string;
   tools?: string;
-  maxTokens: number;
+  maxSeqTokens: number;
   skipInvalid?: boolean;
   keepMath?: boolean;
   sandbox?: string;
@@ -56,8 +56,6 @@ async function toolRunner(opts: Options): Promise<ToolRunner> {
 }
 
 async function synthetic(name: string, opts: Options, renderer: ConversationRenderer): Promise<void> {
-  if (!CURRICULA.includes(name))
-    throw new UsageError(`unknown curriculum '${name}'; known: ${CURRICULA.join(', ')}`);
   const tasks = split(name, { train: opts.train, test: opts.test, seed: opts.seed });
   const runner = await toolRunner(opts);
   let built: Awaited<ReturnType<typeof demonstrations>>;
@@ -71,7 +69,9 @@ async function synthetic(name: string, opts: Options, renderer: ConversationRend
   } finally {
     await runner.close();
   }
-  const records = built.records.filter((r) => r.prompt_ids.length + r.response_ids.length <= opts.maxTokens);
+  const records = built.records.filter(
+    (r) => r.prompt_ids.length + r.response_ids.length <= opts.maxSeqTokens,
+  );
   const trainProblems = tasks.train.map((t) => problemOf(t, name, 'train'));
   const testProblems = tasks.test.map((t) => problemOf(t, name, 'test'));
   if (opts.out !== undefined) {
@@ -87,7 +87,7 @@ async function synthetic(name: string, opts: Options, renderer: ConversationRend
   const trained = records.reduce((s, r) => s + r.loss_mask.reduce<number>((a, x) => a + x, 0), 0);
   log(
     `${name}: ${records.length} demonstrations (${built.failedFirst} with a failed first call fixed, ` +
-      `${built.records.length - records.length} over --max-tokens), ${testProblems.length} held-out problems; ` +
+      `${built.records.length - records.length} over --max-seq-tokens), ${testProblems.length} held-out problems; ` +
       `tokens/example mean ${Math.round(lengths.reduce((s, x) => s + x, 0) / Math.max(1, lengths.length))}, ` +
       `max ${Math.max(0, ...lengths)}, trained tokens ${trained}`,
   );
@@ -99,7 +99,7 @@ export async function run(argv: string[]): Promise<void> {
       '[files...]',
       'sources: OpenAI messages, ShareGPT/Hermes conversations, or instruction pairs (NDJSON)',
     )
-    .option('--synthetic <name>', `build the tool-use curriculum instead: ${CURRICULA.join(', ')}`)
+    .addOption(choice('--synthetic <name>', 'build the tool-use curriculum instead', CURRICULA))
     .option('--train <n>', 'synthetic: training demonstrations', integer(0), 1000)
     .option('--test <n>', 'synthetic: held-out problems', integer(0), 200)
     .option('--seed <n>', 'shuffle / generation seed', integer(), 0)
@@ -115,7 +115,7 @@ export async function run(argv: string[]): Promise<void> {
     .option('--tokenizer <dir>', 'tokenizer folder (or qwen3)', TINY)
     .option('--chat-template <spec>', 'rstar2, model (the tokenizer’s own), or a Jinja file', 'rstar2')
     .option('--tools <file>', 'tool schemas JSON (default: python_code_with_standard_io)')
-    .option('--max-tokens <n>', 'drop examples longer than this (prompt + response)', integer(1), 4096)
+    .option('--max-seq-tokens <n>', 'drop examples longer than this (prompt + response)', integer(1), 4096)
     .option('--skip-invalid', 'count and skip malformed lines instead of failing')
     .option('--keep-math', 'keep math-reasoning examples (dropped by default)')
     .option(
@@ -127,6 +127,7 @@ export async function run(argv: string[]): Promise<void> {
       '--python <path>',
       "synthetic: the warm runner's Python (default: python3, as the sandbox resolves it)",
     );
+  addDeprecatedAlias(cmd, '--max-tokens <n>', '--max-seq-tokens');
   if (!parse(cmd, argv)) return;
   const opts = cmd.opts<Options>();
   const files = cmd.args;
@@ -145,7 +146,7 @@ export async function run(argv: string[]): Promise<void> {
     {
       renderer,
       tools: [...ctx.tools],
-      maxTokens: opts.maxTokens,
+      maxTokens: opts.maxSeqTokens,
       skipInvalid: opts.skipInvalid === true,
       keepMath: opts.keepMath === true,
       onSkip: (message) => log(`skipped ${message}`),

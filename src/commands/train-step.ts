@@ -3,7 +3,7 @@ import { addTrainFlags, type TrainOptions } from '../backend/train-options.js';
 import { type BatchEnd, startTrainer, type TrainedStep } from '../backend/trainer.js';
 import { DataError, UsageError } from '../errors.js';
 import { NdjsonWriter, openInput, readLines, type SourceLine } from '../ndjson/index.js';
-import { parse, program } from '../program.js';
+import { addDeprecatedAlias, parse, program } from '../program.js';
 import type { Step } from '../records/step.js';
 import { type EngineClient, engineClient } from '../rollout/engines.js';
 
@@ -45,6 +45,7 @@ export async function run(argv: string[]): Promise<void> {
       'NDJSON trajectory-shaped records (default: stdin)',
     ),
   );
+  addDeprecatedAlias(cmd, '--epochs <e>', '--passes-per-batch');
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<TrainOptions>();
   if (o.keepCheckpoints > 0 && !o.out.includes('{step}')) {

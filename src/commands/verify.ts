@@ -1,6 +1,6 @@
-import { DataError, UsageError } from '../errors.js';
+import { DataError } from '../errors.js';
 import { NdjsonWriter, openInput, readAll, readRecords } from '../ndjson/index.js';
-import { number, parse, program } from '../program.js';
+import { choice, number, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
 import { type Finish, TRUNCATED } from '../records/trajectory.js';
 import { ScoredTrajectory, VerifyCase } from '../records/verify.js';
@@ -9,18 +9,22 @@ import { type Compat, extractLoose, isEquivalent, scoreResponse } from '../rewar
 export async function run(argv: string[]): Promise<void> {
   const cmd = program('verify', 'extract final answers and check them against references')
     .argument('[file]', 'NDJSON input (default: stdin)')
-    .option('--compat <mode>', 'strict (not gameable) or rstar (the rStar2-Agent release verdicts)', 'strict')
+    .addOption(
+      choice(
+        '--compat <mode>',
+        'strict (not gameable) or rstar (the rStar2-Agent release verdicts)',
+        ['strict', 'rstar'] as const satisfies readonly Compat[],
+        'strict',
+      ),
+    )
     .option(
       '--problems <file>',
       'score trajectories: fill `answer` and `reward` against these problems (their prompts give rounding rules)',
     )
     .option('--timeout-ms <ms>', 'time bound of one comparison', number(1, 60_000), 200);
   if (!parse(cmd, argv)) return;
-  const opts = cmd.opts<{ compat: string; problems?: string; timeoutMs: number }>();
-  if (opts.compat !== 'strict' && opts.compat !== 'rstar') {
-    throw new UsageError(`--compat: expected strict or rstar, got '${opts.compat}'`);
-  }
-  const compat = opts.compat as Compat;
+  const opts = cmd.opts<{ compat: Compat; problems?: string; timeoutMs: number }>();
+  const compat = opts.compat;
   const timeoutMs = opts.timeoutMs;
   const { stream, source } = openInput(cmd.args[0]);
   const out = new NdjsonWriter(process.stdout);

@@ -19,7 +19,9 @@ export interface Roller {
 export async function openRoller(flags: SharedRolloutFlags & { tokenizer: string }): Promise<Roller> {
   const mod = await import('../rollout/index.js');
   const protocol = await mod.loadProtocol(flags.tokenizer, { chatTemplate: flags.chatTemplate });
-  const engines = flags.engine.map((url) => mod.engineClient(url, flags.engineKind));
+  const engines = flags.engine.map((url) =>
+    mod.engineClient(url, flags.engineKind, { timeoutMs: flags.engineTimeout * 1000 }),
+  );
   // Without --sandbox, eval starts an embedded sandbox-serve for the run.
   const embedded = flags.sandbox === undefined ? await startSandbox() : undefined;
   const sandbox = flags.sandbox ?? (embedded?.url as string);

@@ -21,7 +21,7 @@ export const Step = z.looseObject({
   sequences: z.int().nonnegative().describe('records trained on'),
   tokens: z.int().nonnegative().describe('prompt + response tokens trained on'),
   seconds: z.number().nonnegative().describe('wall-clock seconds of the step'),
-  /** Optimiser updates this step made (--mini-batches x --epochs; 0 for an empty numbered step). */
+  /** Optimiser updates this step made (--mini-batches x --passes-per-batch; 0 for an empty numbered step). */
   updates: z.int().nonnegative().optional(),
   mini_batches: z.int().nonnegative().optional(),
   epochs: z.int().nonnegative().optional(),

@@ -21,6 +21,32 @@ const RELS = new Set<string>(['=', '<', '>', '≤', '≥', '≠', '∈']);
 const OPEN = '([{';
 const CLOSE = ')]}';
 
+/**
+ * Walks `s` keeping the bracket depth (`\{` and `\}` count as braces): `visit(i, depth, bracket)`
+ * sees each character, or escaped brace (at its brace), with the depth after it; returning false
+ * stops the walk. The final depth, or undefined when `visit` stopped it.
+ */
+function scanBrackets(
+  s: string,
+  budget: Budget,
+  visit: (i: number, depth: number, bracket: boolean) => boolean,
+): number | undefined {
+  let depth = 0;
+  for (let i = 0; i < s.length; i++) {
+    budget.check();
+    const c = s[i];
+    let bracket = true;
+    if (c === '\\' && (s[i + 1] === '{' || s[i + 1] === '}')) {
+      depth += s[i + 1] === '{' ? 1 : -1;
+      i += 1;
+    } else if (OPEN.includes(c)) depth += 1;
+    else if (CLOSE.includes(c)) depth -= 1;
+    else bracket = false;
+    if (!visit(i, depth, bracket)) return undefined;
+  }
+  return depth;
+}
+
 /** Splits at top-level separators (depth 0 outside any bracket), keeping the separators. */
 function splitTop(
   s: string,
@@ -29,40 +55,22 @@ function splitTop(
 ): { parts: string[]; seps: string[] } {
   const parts: string[] = [];
   const seps: string[] = [];
-  let depth = 0;
   let start = 0;
-  for (let i = 0; i < s.length; i++) {
-    budget.check();
-    const c = s[i];
-    if (c === '\\' && (s[i + 1] === '{' || s[i + 1] === '}')) {
-      depth += s[i + 1] === '{' ? 1 : -1;
-      i += 1;
-    } else if (OPEN.includes(c)) depth += 1;
-    else if (CLOSE.includes(c)) depth -= 1;
-    else if (depth === 0 && isSep(c)) {
+  scanBrackets(s, budget, (i, depth, bracket) => {
+    if (!bracket && depth === 0 && isSep(s[i])) {
       parts.push(s.slice(start, i));
-      seps.push(c);
+      seps.push(s[i]);
       start = i + 1;
     }
-  }
+    return true;
+  });
   parts.push(s.slice(start));
   return { parts, seps };
 }
 
 /** True when `s` is one bracketed group from its first to its last character. */
 function wrapped(s: string, budget: Budget): boolean {
-  let depth = 0;
-  for (let i = 0; i < s.length; i++) {
-    budget.check();
-    const c = s[i];
-    if (c === '\\' && (s[i + 1] === '{' || s[i + 1] === '}')) {
-      depth += s[i + 1] === '{' ? 1 : -1;
-      i += 1;
-    } else if (OPEN.includes(c)) depth += 1;
-    else if (CLOSE.includes(c)) depth -= 1;
-    if (depth === 0 && i < s.length - 1) return false;
-  }
-  return depth === 0;
+  return scanBrackets(s, budget, (i, depth) => depth !== 0 || i === s.length - 1) === 0;
 }
 
 const MATRIX =

@@ -1,6 +1,6 @@
 import type { Problem } from '../records/problem.js';
+import { ROLLOUT_DEFAULTS } from './defaults.js';
 import type { EngineClient } from './engines.js';
-import { ROLLOUT_DEFAULTS } from './options.js';
 import { AsyncScheduler, type Policy, Scheduler, type TurnRequest } from './scheduler.js';
 import { priorFor } from './scheduler-prior.js';
 

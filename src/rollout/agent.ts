@@ -1,7 +1,7 @@
 import type { SubmissionResult } from '../records/sandbox.js';
 import type { Finish, TrajectoryError } from '../records/trajectory.js';
 import { formatToolResponse } from '../sandbox/tool-response.js';
-import { ROLLOUT_DEFAULTS } from './options.js';
+import { ROLLOUT_DEFAULTS } from './defaults.js';
 import { type ProtocolContext, promptIds, toolTurnIds } from './protocol.js';
 import { type CodeCall, parseToolCalls, resolveToolCall } from './tool-parser.js';
 

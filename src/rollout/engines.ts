@@ -1,6 +1,6 @@
 import type { Generation } from './agent.js';
+import { ROLLOUT_DEFAULTS } from './defaults.js';
 import { EngineError, EngineHttp } from './http.js';
-import { ROLLOUT_DEFAULTS } from './options.js';
 
 export { EngineError };
 

@@ -1,9 +1,9 @@
 /** The rollout package's public surface; the runner itself is `runner.ts`. */
 export type { AgentIO, AgentOptions, AgentResult, Generation, Script } from './agent.js';
 export { AgentAbort, runAgent, ServiceFailure, scriptedTrajectory } from './agent.js';
+export { ROLLOUT_DEFAULTS } from './defaults.js';
 export type { Capacity, EngineClient, EngineKind } from './engines.js';
 export { EngineError, engineClient, SglangClient, VllmClient } from './engines.js';
-export { ROLLOUT_DEFAULTS } from './options.js';
 export type { RolloutProgress } from './progress.js';
 export type { ProtocolContext } from './protocol.js';
 export {

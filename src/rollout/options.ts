@@ -1,49 +1,20 @@
 /**
- * The rollout options, owned here: their defaults (which the library applies too), their flags
- * (declared once; `rstar rollout` and `rstar eval` both add them from here), the parsed flags'
+ * The rollout options, owned here: their flags, with the defaults of defaults.ts (declared once; `rstar rollout` and `rstar eval` both add them from here), the parsed flags'
  * types and their mapping onto `RolloutOptions`, and the progress line both commands draw.
  */
 import { Option } from 'commander';
-import { choice, collect, integer, interactive, number } from '../program.js';
+import { choice, collect, deprecatedAlias, integer, interactive, number } from '../program.js';
 import type { Compat } from '../reward/index.js';
-import { DEFAULT_TOOL_RESPONSE_CHARS } from '../sandbox/tool-response.js';
+import { ROLLOUT_DEFAULTS } from './defaults.js';
 import type { EngineKind } from './engines.js';
 import type { RolloutProgress } from './progress.js';
 import { POLICIES, type Policy } from './scheduler.js';
 import { TOOL_CACHE_MODES, type ToolCacheMode } from './tool-cache.js';
 
-export { POLICIES, type Policy };
+export { POLICIES, type Policy, ROLLOUT_DEFAULTS };
 
 export const ENGINE_KINDS = ['sglang', 'vllm'] as const satisfies readonly EngineKind[];
 export const COMPAT_MODES = ['strict', 'rstar'] as const satisfies readonly Compat[];
-
-/** Every default of a rollout, for the flags and for `rollout()`, `runAgent` and the engine clients. */
-export const ROLLOUT_DEFAULTS = {
-  engineKind: 'sglang',
-  chatTemplate: 'rstar2',
-  /** Samples per problem of `rollout` (eval's own default is `EVAL_SAMPLES`). */
-  n: 1,
-  maxTurns: 5,
-  maxTokens: 8192,
-  temperature: 1,
-  topP: 1,
-  maxParallelCalls: 1,
-  toolResponseMaxChars: DEFAULT_TOOL_RESPONSE_CHARS,
-  maxInvalidCalls: 0,
-  maxErrorShare: 0.1,
-  schedule: 'kv',
-  concurrency: 1024,
-  scrapeMs: 1000,
-  timeoutSeconds: 600,
-  compat: 'strict',
-  toolCache: 'off',
-} as const satisfies {
-  engineKind: EngineKind;
-  schedule: Policy;
-  compat: Compat;
-  toolCache: ToolCacheMode;
-  [key: string]: string | number;
-};
 
 /** avg@n over 16 samples, as the paper evaluates. */
 export const EVAL_SAMPLES = 16;
@@ -68,6 +39,7 @@ export interface SharedRolloutFlags {
   schedule: Policy;
   compat: Compat;
   toolCache: ToolCacheMode;
+  engineTimeout: number;
 }
 
 /** What the flags only `rstar rollout` takes parse to: the runner's knobs eval leaves at their defaults. */
@@ -77,10 +49,15 @@ export interface RunnerFlags {
   toolResponseMaxChars: number;
   concurrency: number;
   scrapeMs: number;
-  timeout: number;
 }
 
-const D = ROLLOUT_DEFAULTS;
+const D = ROLLOUT_DEFAULTS satisfies {
+  engineKind: EngineKind;
+  schedule: Policy;
+  compat: Compat;
+  toolCache: ToolCacheMode;
+  [key: string]: string | number;
+};
 
 /**
  * The flags both commands take, as fresh Options (a commander Option belongs to one command).
@@ -136,10 +113,16 @@ export function sharedRolloutOptions(samples: number): Option[] {
       TOOL_CACHE_MODES,
       D.toolCache,
     ),
+    engineTimeout(),
   ];
 }
 
-/** The runner's knobs only `rstar rollout` exposes. */
+const engineTimeout = () =>
+  new Option('--engine-timeout <s>', 'one engine request, seconds')
+    .argParser(number(1))
+    .default(D.timeoutSeconds);
+
+/** The runner's knobs only `rstar rollout` exposes (and rollout's old spelling of --engine-timeout). */
 export function runnerOptions(): Option[] {
   return [
     new Option('--tools <file>', 'tool schemas JSON (default: python_code_with_standard_io)'),
@@ -153,9 +136,7 @@ export function runnerOptions(): Option[] {
     new Option('--scrape-ms <ms>', 'KV capacity scrape interval (0: only at start)')
       .argParser(integer(0))
       .default(D.scrapeMs),
-    new Option('--timeout <s>', 'per-request engine timeout in seconds')
-      .argParser(number(1))
-      .default(D.timeoutSeconds),
+    deprecatedAlias('--timeout <s>', engineTimeout()),
   ];
 }
 

@@ -5,7 +5,7 @@ import {
   loadToolSchemas,
   type ToolSchema,
 } from './chat-template.js';
-import { ROLLOUT_DEFAULTS } from './options.js';
+import { ROLLOUT_DEFAULTS } from './defaults.js';
 import { loadTokenizer, type TextTokenizer } from './tokenizer.js';
 
 export type { ToolCall } from './tool-parser.js';

@@ -2,8 +2,8 @@ import { fnv1a, mulberry32 } from '../random.js';
 import type { Problem } from '../records/problem.js';
 import type { EndBatch as RecordEndBatch } from '../records/step.js';
 import type { Trajectory } from '../records/trajectory.js';
+import { ROLLOUT_DEFAULTS } from './defaults.js';
 import type { EngineClient } from './engines.js';
-import { ROLLOUT_DEFAULTS } from './options.js';
 import { type RolloutOptions, rollout } from './runner.js';
 
 /** The end_batch line rollout --steps writes after each step (the EndBatch record, stats filled). */

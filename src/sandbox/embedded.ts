@@ -19,7 +19,7 @@ export async function startSandbox(
 ): Promise<EmbeddedSandbox> {
   const args = [BIN, 'sandbox-serve', '--host', '127.0.0.1', '--port', '0'];
   if (options.workers !== undefined) args.push('--workers', String(options.workers));
-  if (options.timeoutS !== undefined) args.push('--timeout', String(options.timeoutS));
+  if (options.timeoutS !== undefined) args.push('--tool-timeout', String(options.timeoutS));
   if (options.memoryMb !== undefined) args.push('--memory', String(options.memoryMb));
   const server = await startServer({
     name: 'sandbox-serve',

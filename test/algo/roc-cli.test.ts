@@ -144,18 +144,18 @@ describe('rstar roc-filter', () => {
     assert.equal(ids(stdout).length, 8);
   });
 
-  it('gives the same output and the same first error with --threads', async () => {
+  it('gives the same output and the same first error with --parse-threads', async () => {
     const big = shuffle([...groupOf('t', 32, 20), ...groupOf('u', 32, 9), ...batch], 3);
     const env = { RSTAR_POOL_WARMUP_BYTES: '2000' };
-    const one = await rstar(['roc-filter', '--threads', '0'], ndjson(big));
-    const two = await rstar(['roc-filter', '--threads', '2'], ndjson(big), env);
+    const one = await rstar(['roc-filter', '--parse-threads', '0'], ndjson(big));
+    const two = await rstar(['roc-filter', '--parse-threads', '2'], ndjson(big), env);
     assert.equal(two.code, 0, two.stderr);
     assert.equal(two.stdout, one.stdout);
     assert.equal(two.stderr, one.stderr);
     const broken = ndjson(big).split('\n');
     broken[40] = '{"v": 1, "id": 3}';
     broken[50] = 'not json';
-    const bad = await rstar(['roc-filter', '--threads', '2'], broken.join('\n'), env);
+    const bad = await rstar(['roc-filter', '--parse-threads', '2'], broken.join('\n'), env);
     assert.equal(bad.code, 1);
     assert.match(bad.stderr, /^rstar roc-filter: stdin:41: id: /m);
   });

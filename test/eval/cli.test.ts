@@ -224,11 +224,11 @@ describe('rstar eval --from-trajectories', () => {
     assert.equal((await rstar(['eval'])).code, 2);
     const format = await rstar(['eval', '--problems-format', 'xml', '--from-trajectories', t]);
     assert.equal(format.code, 2);
-    assert.match(format.stderr, /Allowed choices are problems, gpqa/);
+    assert.match(format.stderr, /is not one of problems, gpqa/);
     // The rollout flags are rollout's own: the same choices, the same usage error.
     const schedule = await rstar(['eval', '--schedule', 'magic', '--from-trajectories', t]);
     assert.equal(schedule.code, 2);
-    assert.match(schedule.stderr, /Allowed choices are kv, least-requests, round-robin, static/);
+    assert.match(schedule.stderr, /is not one of kv, least-requests, round-robin, static/);
     assert.equal((await rstar(['eval', '--reverify', '--from-trajectories', t])).code, 2);
     assert.equal((await rstar(['eval', '--limit', '1', '--from-trajectories', t])).code, 2);
     const noTokenizer = await rstar([

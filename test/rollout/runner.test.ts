@@ -62,18 +62,18 @@ describe('rollout options', () => {
     ] as const) {
       assert.equal(o[key], ROLLOUT_DEFAULTS[key], key);
     }
-    assert.equal(o.timeout, ROLLOUT_DEFAULTS.timeoutSeconds);
+    assert.equal(o.engineTimeout, ROLLOUT_DEFAULTS.timeoutSeconds);
     assert.equal(parsed(EVAL_SAMPLES).n, 16);
   });
 
   it('validate enum flags by their choices and numbers by their range', () => {
     assert.equal(parsed(1, ['--schedule', 'static']).schedule, 'static');
     assert.deepEqual(parsed(1, ['--engine', 'a', '--engine', 'b']).engine, ['a', 'b']);
-    assert.throws(() => parsed(1, ['--schedule', 'magic']), /Allowed choices are kv, least-requests/);
-    assert.throws(() => parsed(1, ['--engine-kind', 'tgi']), /Allowed choices are sglang, vllm/);
-    assert.throws(() => parsed(1, ['--compat', 'loose']), /Allowed choices are strict, rstar/);
-    assert.throws(() => parsed(1, ['--top-p', '1.5']), /expected a number in \[0, 1\]/);
-    assert.throws(() => parsed(1, ['--n', '0']), /expected an integer >= 1/);
+    assert.throws(() => parsed(1, ['--schedule', 'magic']), /magic is not one of kv, least-requests/);
+    assert.throws(() => parsed(1, ['--engine-kind', 'tgi']), /tgi is not one of sglang, vllm/);
+    assert.throws(() => parsed(1, ['--compat', 'loose']), /loose is not one of strict, rstar/);
+    assert.throws(() => parsed(1, ['--top-p', '1.5']), /1.5 is not a number in \[0, 1\]/);
+    assert.throws(() => parsed(1, ['--n', '0']), /0 is not an integer >= 1/);
     assert.deepEqual([...POLICIES], ['kv', 'least-requests', 'round-robin', 'static']);
   });
 

@@ -507,7 +507,7 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
     assert.match(r.stderr, /--tokenizer/);
     const s = await rstar(['rollout', '--schedule', 'magic']);
     assert.equal(s.code, 2);
-    assert.match(s.stderr, /Allowed choices are kv, least-requests, round-robin, static/);
+    assert.match(s.stderr, /is not one of kv, least-requests, round-robin, static/);
     const loop = ['rollout', '--problems', 'x.jsonl', '--tokenizer', 'tok', '--engine', 'http://127.0.0.1:1'];
     const alone = await rstar([...loop, '--oversample']);
     assert.equal(alone.code, 2);
@@ -520,6 +520,6 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
     );
     const refill = await rstar([...loop, '--steps', '2', '--batch', '4', '--refill', 'eager']);
     assert.equal(refill.code, 2);
-    assert.match(refill.stderr, /--refill.*Allowed choices are rounds, streaming/);
+    assert.match(refill.stderr, /--refill: .* is not one of rounds, streaming/);
   });
 });

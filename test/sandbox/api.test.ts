@@ -523,7 +523,7 @@ describe('overload, auth and shutdown', () => {
   test('binding a non-loopback address without --token is refused', async () => {
     const r = await rstar(['sandbox-serve', '--host', '0.0.0.0', '--port', '0']);
     assert.equal(r.code, 2);
-    assert.match(r.stderr, /requires --token/);
+    assert.match(r.stderr, /requires --sandbox-token/);
   });
 
   test('SIGTERM mid-call: the call is answered and nothing is left behind', async () => {

@@ -228,6 +228,6 @@ describe('synthetic curriculum', () => {
     assert.ok(test.every((p) => !train.some((q) => q.prompt === p.prompt)));
     const bad = await rstar(['sft-data', '--synthetic', 'nope']);
     assert.equal(bad.code, 2);
-    assert.match(bad.stderr, /unknown curriculum 'nope'/);
+    assert.match(bad.stderr, /--synthetic: nope is not one of /);
   });
 });
