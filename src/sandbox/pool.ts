@@ -341,6 +341,11 @@ export class LocalPool implements Runner {
     }, delay).unref();
   }
 
+  /** Removes the cgroups that dead sibling servers on this host left (a Redis peer found one gone). */
+  removeStaleCgroups(): void {
+    this.#cgroups.sweep();
+  }
+
   /** Stops taking calls; queued ones get `queue_timeout`, running ones finish (bounded by the timeout). */
   async close(): Promise<void> {
     if (this.#closing) return;
