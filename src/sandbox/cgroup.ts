@@ -54,6 +54,21 @@ function ownPath(controller: string): string | undefined {
   return undefined;
 }
 
+/** The tag of one server's groups: `rstar-sandbox-PID` (sweepStale reads the pid back). */
+export const serverTag = (pid: number): string => `rstar-sandbox-${pid}`;
+
+/**
+ * The directories a `sandbox-serve` with this pid, started from this process's cgroups, makes
+ * (v1 memory, pids, cpu; v2 unified) and that exist now: what a test expects gone after it exits.
+ */
+export function serverCgroupDirs(pid: number): string[] {
+  const candidates = [
+    ...['memory', 'pids', 'cpu'].map((c) => join(ROOT, c, ownPath(c) ?? '/', serverTag(pid))),
+    join(ROOT, ownPath('') ?? '/', serverTag(pid)),
+  ];
+  return candidates.filter((dir) => existsSync(dir));
+}
+
 function tryMkdir(path: string): boolean {
   try {
     mkdirSync(path, { recursive: true });

@@ -1,6 +1,6 @@
 import { availableParallelism } from 'node:os';
 import type { Submission, SubmissionResult } from '../records/sandbox.js';
-import { type CgroupManager, cgroupManager } from './cgroup.js';
+import { type CgroupManager, cgroupManager, serverTag } from './cgroup.js';
 import {
   type CallLimits,
   Executor,
@@ -140,7 +140,7 @@ export class LocalPool implements Runner {
   constructor(options: SandboxOptions) {
     this.options = options;
     this.isolation = isolationSupport();
-    this.#cgroups = cgroupManager(`rstar-sandbox-${process.pid}`, { cpus: options.cpus });
+    this.#cgroups = cgroupManager(serverTag(process.pid), { cpus: options.cpus });
     this.metrics.gauges = () => ({
       queueDepth: this.queued,
       inflight: this.#inflight,
