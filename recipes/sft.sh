@@ -59,6 +59,8 @@ EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-384}
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 
 mkdir -p "$OUT"
+sft_resume_hint() { echo "run the SFT stage again (it starts over)"; }
+trap_interrupts sft_resume_hint
 RSTAR=(node bin/rstar.js)
 [[ -f dist/src/cli.js ]] || npx tsc -p .
 
