@@ -138,6 +138,26 @@ describe('sandbox-serve: bind failures and signals while starting leave nothing 
   });
 });
 
+describe('sandbox-serve: Ctrl-C to its process group', () => {
+  test('the call in flight finishes, the server exits 0 quietly, nothing left', async () => {
+    const run = launch(['sandbox-serve', '--workers', '2', '--port', '0'], true);
+    await until('sandbox-serve listening', () => run.stderr().includes('listening on'), 60_000);
+    const url = /listening on (\S+)/.exec(run.stderr())![1];
+    const call = fetch(`${url}/run`, {
+      method: 'POST',
+      body: JSON.stringify({ type: 'python', solution: 'import time\ntime.sleep(1)\nprint(1)' }),
+    }).then((r) => r.json() as Promise<{ stdout: string; reason: string }>);
+    await sleep(300);
+    // A terminal sends it to every process of the group: the executors must not die of it.
+    process.kill(-run.child.pid!, 'SIGINT');
+    assert.deepEqual(await run.exit, { code: 0, signal: null }, run.stderr());
+    const answer = await call;
+    assert.deepEqual([answer.reason, answer.stdout], ['', '1\n']);
+    assert.match(run.stderr(), /sandbox-serve: shutting down\n$/);
+    assert.deepEqual(serverCgroupDirs(run.child.pid!), []);
+  });
+});
+
 describe('engine-serve: bind failures, a parent that dies, Ctrl-C', () => {
   let dir: string;
   let model: string;
