@@ -106,6 +106,12 @@ RSTAR=(node bin/rstar.js)
 [[ -f dist/src/cli.js ]] || npx tsc -p .
 mkdir -p "$OUT/rl"
 started=$EPOCHREALTIME
+demo_resume_hint() {
+  local k
+  k=$(last_step "$OUT/rl" 1 1000000)
+  if ((k > 0)); then echo "resume after step $k"; else echo "resume (no RL step finished yet)"; fi
+}
+trap_interrupts demo_resume_hint
 
 # 1. SFT (or reuse one).
 if [[ ! -d $SFT/ckpt ]]; then

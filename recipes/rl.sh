@@ -153,6 +153,8 @@ for ((k = FIRST; k < start; k++)); do
 done
 
 trap stop_servers EXIT
+rl_resume_hint() { echo "resume after step $(last_step "$OUT" "$FIRST" "$STEPS")"; }
+trap_interrupts rl_resume_hint
 read -r -a ENGINES <<<"${RSTAR_RL_ENGINE:-}"
 if ((${#ENGINES[@]} == 0)); then
   [[ $ENGINE_PROCS =~ ^[1-9][0-9]*$ ]] || die "RSTAR_RL_ENGINE_PROCS: expected a positive whole number, got '$ENGINE_PROCS'"

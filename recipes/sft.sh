@@ -76,6 +76,8 @@ if [[ ${RSTAR_CHECK_ONLY:-0} == 1 ]]; then
   exit 0
 fi
 mkdir -p "$OUT"
+sft_resume_hint() { echo "run the SFT stage again (it starts over)"; }
+trap_interrupts sft_resume_hint
 RSTAR=(node bin/rstar.js)
 [[ -f dist/src/cli.js ]] || npx tsc -p .
 

@@ -44,6 +44,14 @@ export function engineArgs(options: EngineOptions & { host?: string }): string[]
 }
 
 /**
+ * The Python server's environment: the backend's, plus this process's pid, which run.py turns into
+ * PR_SET_PDEATHSIG so the server dies with this process even when it is SIGKILLed (an OOM kill).
+ */
+export function engineEnv(threads?: number): NodeJS.ProcessEnv {
+  return { ...backendEnv(threads), RSTAR_PARENT_PID: String(process.pid) };
+}
+
+/**
  * Starts `engine-serve`'s Python server as a child process on 127.0.0.1 and resolves once it
  * listens; rejects with the server's own error (e.g. not a checkpoint) if it exits first.
  */
@@ -52,7 +60,7 @@ export async function startEngine(options: EngineOptions): Promise<Engine> {
     name: 'engine-serve',
     command: await findPython(),
     args: engineArgs(options),
-    env: backendEnv(options.threads),
+    env: engineEnv(options.threads),
     killAfterMs: 5000,
   });
   return {

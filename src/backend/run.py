@@ -28,6 +28,40 @@ def reuse_freed_memory():
     mallopt(M_TRIM_THRESHOLD, 1 << 30)
 
 
+def die_with_parent():
+    """The kernel kills this process when the one that started it dies (SIGKILL by the OOM killer
+    included), so a server never outlives its wrapper holding its port and its memory.
+
+    RSTAR_PARENT_PID names that parent; it is taken out of the environment so nothing this process
+    starts inherits it. A parent already gone before the request took effect: exit at once."""
+    parent = os.environ.pop("RSTAR_PARENT_PID", None)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the parent's own cleanup is all there is
+        return
+    if os.getppid() != int(parent):
+        os._exit(1)
+
+
+def quiet_until_serving():
+    """SIGINT or SIGTERM before the server listens (while torch loads, or the checkpoint): exit at
+    once and quietly. Nothing is held yet that the kernel does not release, and a KeyboardInterrupt
+    raised inside an import prints a traceback. The server installs its own handlers once up."""
+    import signal
+
+    def leave(signum, frame):
+        os._exit(0)
+
+    signal.signal(signal.SIGINT, leave)
+    signal.signal(signal.SIGTERM, leave)
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] not in ("init", "train", "serve"):
         sys.stderr.write("usage: run.py init|train|serve [options]\n")
@@ -39,6 +73,8 @@ def main():
     elif cmd == "train":
         from rstar_backend.train import main as run
     else:
+        die_with_parent()
+        quiet_until_serving()
         from rstar_backend.engine import main as run
     return run(argv)
 

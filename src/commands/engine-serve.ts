@@ -1,5 +1,5 @@
-import { engineArgs } from '../backend/engine.js';
-import { backendEnv, findPython } from '../backend/python.js';
+import { engineArgs, engineEnv } from '../backend/engine.js';
+import { findPython } from '../backend/python.js';
 import { spawnServer, writeReadyFile } from '../process/serve.js';
 import { choice, integer, parse, program } from '../program.js';
 
@@ -70,11 +70,16 @@ export async function run(argv: string[]): Promise<void> {
     name: 'engine-serve',
     command: python,
     args: [...engineArgs(o), '--dtype', o.dtype, '--device', o.device],
-    env: backendEnv(o.threads),
+    env: engineEnv(o.threads),
     echo: true,
     readyTimeoutMs: 0,
   });
-  const forward = (signal: NodeJS.Signals) => () => void server.stop(signal);
+  // A terminal's Ctrl-C reaches the server directly too; it stops on the first signal it gets.
+  let forwarded = false;
+  const forward = (signal: NodeJS.Signals) => () => {
+    forwarded = true;
+    void server.stop(signal);
+  };
   const onInt = forward('SIGINT');
   const onTerm = forward('SIGTERM');
   process.on('SIGINT', onInt).on('SIGTERM', onTerm);
@@ -96,5 +101,6 @@ export async function run(argv: string[]): Promise<void> {
   const exit = await server.exited;
   process.off('SIGINT', onInt).off('SIGTERM', onTerm);
   if (failure) throw failure;
+  if (exit.signal && !forwarded) throw new Error(`the server was killed (${exit.signal})`);
   if (exit.code !== 0 && exit.code !== null) process.exitCode = exit.code;
 }

@@ -1,3 +1,4 @@
+import type { Server } from 'node:http';
 import { UsageError } from '../errors.js';
 import { writeReadyFile } from '../process/serve.js';
 import { addDeprecatedAlias, integer, number, parse, program } from '../program.js';
@@ -58,74 +59,69 @@ export async function run(argv: string[]): Promise<void> {
   });
   const pool = new LocalPool(options);
   let runner: Runner = pool;
+  let server: Server | undefined;
+  // One handler for the whole life: a signal during start-up (executors spawning, Redis connecting)
+  // ends start-up at its next step, and everything made so far is removed on the way out.
   let stopping = false;
-  const stopSignals = (handler: () => void) => {
-    process.once('SIGTERM', handler);
-    process.once('SIGINT', handler);
-  };
-  // Until the service is up, a SIGTERM still tears down executors and cgroups.
-  stopSignals(() => {
+  let onStop = () => {};
+  const stopped = new Promise<void>((resolve) => {
+    onStop = resolve;
+  });
+  const stop = () => {
     stopping = true;
-  });
-  try {
-    await pool.start();
-  } catch (error) {
-    await pool.close();
-    throw error;
-  }
-  if (o.redis) {
-    const { RedisRunner } = await import('../sandbox/redis.js');
-    const redisRunner = new RedisRunner(o.redis, pool, { log });
-    await redisRunner.start();
-    runner = redisRunner;
-  }
-  const server = createSandboxServer({
-    host: o.host,
-    port: o.port,
-    token,
-    runner,
-    describe: () => ({
-      workers: options.workers,
-      isolation: pool.isolation.isolate ? 'namespaces' : 'degraded',
-      cgroup: pool.cgroupKind,
-      redis: Boolean(o.redis),
-    }),
-  });
-  const shutdown = async () => {
-    log('sandbox-serve: shutting down');
-    server.close();
-    server.closeIdleConnections();
-    await runner.close();
-    if (runner !== pool) await pool.close();
-    server.closeAllConnections();
+    onStop();
   };
-  if (stopping) {
-    await shutdown();
-    return;
-  }
-  const address = await listen(server, o.host, o.port);
-  log(
-    `sandbox-serve: ${options.workers} workers, isolation: ${pool.isolation.reason}; limits: ${pool.cgroupKind}`,
-  );
-  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  const url = `http://${host}:${address.port}`;
-  log(`listening on ${url}`);
-  if (o.readyFile) {
-    try {
-      writeReadyFile(o.readyFile, url);
-    } catch (error) {
-      await shutdown();
-      throw error;
+  process.on('SIGTERM', stop).on('SIGINT', stop);
+  try {
+    // A Ctrl-C reaches the executors too: one that dies of it while starting is no error then.
+    const started = await pool.start().then(
+      () => true,
+      (error: unknown) => {
+        if (stopping) return false;
+        throw error;
+      },
+    );
+    if (!started) return;
+    if (o.redis && !stopping) {
+      const { RedisRunner } = await import('../sandbox/redis.js');
+      const redis = new RedisRunner(o.redis, pool, { log });
+      runner = redis;
+      // A Redis that does not answer must not hold a SIGTERM up.
+      await Promise.race([redis.start(), stopped]);
     }
-  }
-  process.removeAllListeners('SIGTERM');
-  process.removeAllListeners('SIGINT');
-  await new Promise<void>((resolve) => {
-    stopSignals(() => {
-      shutdown().then(resolve, (error: Error) => {
-        log(`sandbox-serve: shutdown error: ${error.message}`);
-        resolve();
-      });
+    if (stopping) return;
+    server = createSandboxServer({
+      host: o.host,
+      port: o.port,
+      token,
+      runner,
+      describe: () => ({
+        workers: options.workers,
+        isolation: pool.isolation.isolate ? 'namespaces' : 'degraded',
+        cgroup: pool.cgroupKind,
+        redis: Boolean(o.redis),
+      }),
     });
-  });
+    const address = await listen(server, o.host, o.port);
+    log(
+      `sandbox-serve: ${options.workers} workers, isolation: ${pool.isolation.reason}; limits: ${pool.cgroupKind}`,
+    );
+    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+    const url = `http://${host}:${address.port}`;
+    log(`listening on ${url}`);
+    if (o.readyFile) writeReadyFile(o.readyFile, url);
+    await stopped;
+    log('sandbox-serve: shutting down');
+  } finally {
+    // Runs on a bind failure, a bad --ready-file or a signal alike: no executor, cgroup or
+    // Redis consumer outlives the process.
+    if (server?.listening) {
+      server.close();
+      server.closeIdleConnections();
+    }
+    await runner.close().catch((error: Error) => log(`sandbox-serve: shutdown error: ${error.message}`));
+    if (runner !== pool) await pool.close();
+    server?.closeAllConnections();
+    process.off('SIGTERM', stop).off('SIGINT', stop);
+  }
 }

@@ -22,6 +22,8 @@ export interface CgroupManager {
   kind: 'v1' | 'v2' | 'none';
   reason: string;
   create(name: string, memoryBytes: number, maxPids: number): WorkerCgroup | undefined;
+  /** Removes the groups of other `sandbox-serve` processes here that died without removing theirs. */
+  sweep(): void;
   close(): void;
 }
 
@@ -50,6 +52,21 @@ function ownPath(controller: string): string | undefined {
     }
   } catch {}
   return undefined;
+}
+
+/** The tag of one server's groups: `rstar-sandbox-PID` (sweepStale reads the pid back). */
+export const serverTag = (pid: number): string => `rstar-sandbox-${pid}`;
+
+/**
+ * The directories a `sandbox-serve` with this pid, started from this process's cgroups, makes
+ * (v1 memory, pids, cpu; v2 unified) and that exist now: what a test expects gone after it exits.
+ */
+export function serverCgroupDirs(pid: number): string[] {
+  const candidates = [
+    ...['memory', 'pids', 'cpu'].map((c) => join(ROOT, c, ownPath(c) ?? '/', serverTag(pid))),
+    join(ROOT, ownPath('') ?? '/', serverTag(pid)),
+  ];
+  return candidates.filter((dir) => existsSync(dir));
 }
 
 function tryMkdir(path: string): boolean {
@@ -129,7 +146,6 @@ function v1CpuBase(tag: string, cpus: number | undefined): string | undefined {
     return undefined;
   };
   if (!existsSync(join(cpuRoot, 'cgroup.procs'))) return missing(`no ${cpuRoot}`);
-  sweepStale(join(cpuRoot, ownPath('cpu') ?? '/'));
   const base = join(cpuRoot, ownPath('cpu') ?? '/', tag);
   if (!tryMkdir(base)) return missing(`${base} not writable`);
   if (cpus !== undefined) {
@@ -149,8 +165,12 @@ export function cgroupManager(tag: string, options: CgroupOptions = {}): CgroupM
   const memRoot = join(ROOT, 'memory');
   const pidsRoot = join(ROOT, 'pids');
   if (existsSync(join(memRoot, 'cgroup.procs')) && existsSync(join(pidsRoot, 'cgroup.procs'))) {
-    sweepStale(join(memRoot, ownPath('memory') ?? '/'));
-    sweepStale(join(pidsRoot, ownPath('pids') ?? '/'));
+    const parents = [join(memRoot, ownPath('memory') ?? '/'), join(pidsRoot, ownPath('pids') ?? '/')];
+    if (existsSync(join(ROOT, 'cpu', 'cgroup.procs'))) parents.push(join(ROOT, 'cpu', ownPath('cpu') ?? '/'));
+    const sweep = () => {
+      for (const parent of parents) sweepStale(parent);
+    };
+    sweep();
     const memBase = join(memRoot, ownPath('memory') ?? '/', tag);
     const pidsBase = join(pidsRoot, ownPath('pids') ?? '/', tag);
     if (tryMkdir(memBase) && tryMkdir(pidsBase)) {
@@ -166,6 +186,7 @@ export function cgroupManager(tag: string, options: CgroupOptions = {}): CgroupM
       return {
         kind: 'v1',
         reason: `cgroup v1 memory+pids${cpuBase ? cpuLabel(cpus) : ''}`,
+        sweep,
         create(name, memoryBytes, maxPids) {
           const dirs = [join(memBase, name), join(pidsBase, name), ...(cpuBase ? [join(cpuBase, name)] : [])];
           const [mem, pids] = dirs;
@@ -201,7 +222,8 @@ export function cgroupManager(tag: string, options: CgroupOptions = {}): CgroupM
   }
   const unified = existsSync(join(ROOT, 'cgroup.controllers')) ? ROOT : undefined;
   if (unified) {
-    sweepStale(join(unified, ownPath('') ?? '/'));
+    const parent = join(unified, ownPath('') ?? '/');
+    sweepStale(parent);
     const base = join(unified, ownPath('') ?? '/', tag);
     try {
       mkdirSync(base, { recursive: true });
@@ -226,6 +248,7 @@ export function cgroupManager(tag: string, options: CgroupOptions = {}): CgroupM
       return {
         kind: 'v2',
         reason: `cgroup v2 memory+pids${cpu ? cpuLabel(cpus) : ''}`,
+        sweep: () => sweepStale(parent),
         create(name, memoryBytes, maxPids) {
           const dir = join(base, name);
           try {
@@ -262,5 +285,5 @@ export function cgroupManager(tag: string, options: CgroupOptions = {}): CgroupM
 }
 
 function none(reason: string): CgroupManager {
-  return { kind: 'none', reason, create: () => undefined, close() {} };
+  return { kind: 'none', reason, create: () => undefined, sweep() {}, close() {} };
 }

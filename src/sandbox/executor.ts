@@ -206,6 +206,8 @@ export class Executor {
     const child = spawn('/bin/sh', ['-c', join, 'rstar-sandbox', ...command], {
       stdio: ['pipe', 'pipe', 'pipe'],
       env,
+      // Its own process group: a terminal's Ctrl-C reaches the server, which lets running calls finish.
+      detached: true,
     });
     this.#child = child;
     child.stdout?.on('data', (chunk: Buffer) => this.#onData(chunk));

@@ -1,6 +1,6 @@
 import { availableParallelism } from 'node:os';
 import type { Submission, SubmissionResult } from '../records/sandbox.js';
-import { type CgroupManager, cgroupManager } from './cgroup.js';
+import { type CgroupManager, cgroupManager, serverTag } from './cgroup.js';
 import {
   type CallLimits,
   Executor,
@@ -140,7 +140,7 @@ export class LocalPool implements Runner {
   constructor(options: SandboxOptions) {
     this.options = options;
     this.isolation = isolationSupport();
-    this.#cgroups = cgroupManager(`rstar-sandbox-${process.pid}`, { cpus: options.cpus });
+    this.#cgroups = cgroupManager(serverTag(process.pid), { cpus: options.cpus });
     this.metrics.gauges = () => ({
       queueDepth: this.queued,
       inflight: this.#inflight,
@@ -339,6 +339,11 @@ export class LocalPool implements Runner {
         (error: Error) => this.options.log(`sandbox: executor restart failed: ${error.message}`),
       );
     }, delay).unref();
+  }
+
+  /** Removes the cgroups that dead sibling servers on this host left (a Redis peer found one gone). */
+  removeStaleCgroups(): void {
+    this.#cgroups.sweep();
   }
 
   /** Stops taking calls; queued ones get `queue_timeout`, running ones finish (bounded by the timeout). */

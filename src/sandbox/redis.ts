@@ -9,6 +9,24 @@ import { failure } from './result.js';
 
 type Client = ReturnType<typeof createClient>;
 
+/** How often a server says it is alive, and how long that lasts (what a takeover of another host's calls waits). */
+const HEARTBEAT_MS = 1000;
+const ALIVE_TTL_MS = 5000;
+/** Consumer names: `HOST-PID-RANDOM`. */
+const CONSUMER = /^(.*)-(\d+)-[0-9a-f]{8}$/;
+/** Deletes a call's state key only while it still names the dead runner. */
+const RELEASE =
+  "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 export interface RedisRunnerOptions {
   log?: (line: string) => void;
   /** Key prefix, so several services can share one Redis. */
@@ -49,7 +67,9 @@ export class RedisRunner implements Runner {
   #closing = false;
   #loops: Promise<void>[] = [];
   #poller?: NodeJS.Timeout;
+  #heart?: NodeJS.Timeout;
   #wake?: () => void;
+  #started = false;
 
   constructor(url: string, pool: LocalPool, options: RedisRunnerOptions = {}) {
     this.#url = url;
@@ -75,21 +95,37 @@ export class RedisRunner implements Runner {
   #stateKey(id: string) {
     return `${this.#prefix}:state:${id}`;
   }
+  #aliveKey(consumer: string) {
+    return `${this.#prefix}:alive:${consumer}`;
+  }
   get #claimIdleMs() {
     return (this.#pool.options.timeoutS + 5) * 1000;
   }
 
   async start(): Promise<void> {
-    const onError = (error: Error) => this.#log(`sandbox redis: ${error.message}`);
-    this.#client = createClient({ url: this.#url });
+    // Before start-up ends, a Redis that cannot be reached fails start() (one error, no retry
+    // loop holding the process up); afterwards the clients reconnect, logging why.
+    const onError = (error: Error) => {
+      if (this.#started) this.#log(`sandbox redis: ${error.message}`);
+    };
+    const reconnectStrategy = (retries: number, cause: Error) =>
+      this.#started && !this.#closing ? Math.min(100 * (retries + 1), 2000) : cause;
+    this.#client = createClient({ url: this.#url, socket: { reconnectStrategy } });
     this.#client.on('error', onError);
-    await this.#client.connect();
+    try {
+      await this.#client.connect();
+    } catch (error) {
+      throw new Error(`--redis ${this.#url}: ${(error as Error).message || String(error)}`);
+    }
     this.#reader = this.#client.duplicate();
     this.#reader.on('error', onError);
+    this.#stillStarting();
     await this.#reader.connect();
     this.#subscriber = this.#client.duplicate();
     this.#subscriber.on('error', onError);
+    this.#stillStarting();
     await this.#subscriber.connect();
+    this.#stillStarting();
     try {
       await this.#client.xGroupCreate(this.#stream, this.#group, '0', { MKSTREAM: true });
     } catch (error) {
@@ -98,8 +134,80 @@ export class RedisRunner implements Runner {
     await this.#subscriber.subscribe(this.#channel, (id) => {
       void this.#collect([id]);
     });
+    // The heartbeat goes up before this consumer first reads, so no other server takes it for dead.
+    await this.#beat();
+    this.#stillStarting();
+    this.#started = true;
+    this.#heart = setInterval(() => {
+      this.#beat().catch((error: Error) => this.#log(`sandbox redis: heartbeat: ${error.message}`));
+    }, HEARTBEAT_MS);
+    // A server SIGKILLed earlier: its calls are taken over and its consumer removed now.
+    await this.#reapDead();
     this.#poller = setInterval(() => this.#poll(), 500);
     this.#loops.push(this.#readLoop(), this.#claimLoop());
+  }
+
+  /** close() during start(): stop here, before another connection or timer is made. */
+  #stillStarting(): void {
+    if (this.#closing) throw new Error('closed while starting');
+  }
+
+  #beat(): Promise<unknown> {
+    return this.#client.set(this.#aliveKey(this.#consumer), '1', { PX: ALIVE_TTL_MS });
+  }
+
+  /**
+   * Is this consumer's server gone? On this host its pid says so at once; elsewhere, once its
+   * heartbeat key has expired (ALIVE_TTL_MS after its last beat).
+   */
+  async #gone(consumer: string): Promise<boolean> {
+    const owner = CONSUMER.exec(consumer);
+    if (owner && owner[1] === hostname()) return !pidAlive(Number(owner[2]));
+    return (await this.#client.exists(this.#aliveKey(consumer))) === 0;
+  }
+
+  /**
+   * Takes over the calls of servers that died without closing (SIGKILL, OOM, a lost host) and
+   * removes them from the consumer group, instead of leaving their calls to the idle-claim rule
+   * (timeout + 5 s) and their names in the group forever. Their cgroups on this host go too.
+   */
+  async #reapDead(): Promise<void> {
+    const consumers = await this.#client.xInfoConsumers(this.#stream, this.#group);
+    let reaped = 0;
+    for (const c of consumers as unknown as { name: string; pending: number }[]) {
+      const name = String(c.name);
+      if (name === this.#consumer || !(await this.#gone(name))) continue;
+      let taken = 0;
+      for (;;) {
+        const held = await this.#client.xPendingRange(this.#stream, this.#group, '-', '+', 100, {
+          consumer: name,
+        });
+        if (held.length === 0) break;
+        const ids = held.map((h) => h.id);
+        const claimed = await this.#client.xClaim(this.#stream, this.#group, this.#consumer, 0, ids);
+        for (const m of claimed) {
+          if (!m) continue;
+          const message = m.message as Record<string, string>;
+          // The dead server's run claim would keep the call from starting for up to timeout + 3 s.
+          await this.#client.eval(RELEASE, {
+            keys: [this.#stateKey(message.id)],
+            arguments: [`run:${name}`],
+          });
+          taken += 1;
+          this.#process(m.id, message);
+        }
+        // Entries whose message was deleted come back as null: acknowledge them away.
+        const gone = ids.filter((id) => !claimed.some((m) => m?.id === id));
+        if (gone.length > 0) await this.#client.xAck(this.#stream, this.#group, gone);
+      }
+      await this.#client.xGroupDelConsumer(this.#stream, this.#group, name);
+      await this.#client.del(this.#aliveKey(name));
+      this.#log(
+        `sandbox redis: consumer ${name} is gone: took over ${taken} calls, removed it from the group`,
+      );
+      reaped += 1;
+    }
+    if (reaped > 0) this.#pool.removeStaleCgroups();
   }
 
   submit(submission: Submission, long: boolean): Promise<SubmissionResult> {
@@ -248,6 +356,12 @@ export class RedisRunner implements Runner {
   async #claimLoop(): Promise<void> {
     while (!this.#closing) {
       await new Promise((r) => setTimeout(r, 1000));
+      if (this.#closing) continue;
+      try {
+        await this.#reapDead();
+      } catch (error) {
+        if (!this.#closing) this.#log(`sandbox redis: reap: ${(error as Error).message}`);
+      }
       if (this.#closing || this.#free() === 0) continue;
       try {
         const claimed = await this.#client.xAutoClaim(
@@ -325,6 +439,13 @@ export class RedisRunner implements Runner {
     this.#closing = true;
     this.#wake?.();
     if (this.#poller) clearInterval(this.#poller);
+    if (this.#heart) clearInterval(this.#heart);
+    const clients = [this.#client, this.#reader, this.#subscriber].filter((c) => c !== undefined);
+    if (!this.#started) {
+      // start() did not finish (a signal, an unreachable Redis): nothing was taken from the queue.
+      for (const c of clients) if (c.isOpen) c.destroy();
+      return;
+    }
     // Calls this server started finish; queued ones stay in Redis for the other workers.
     const deadline = Date.now() + (this.#pool.options.timeoutS + 2) * 1000;
     while (this.#running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
@@ -346,6 +467,16 @@ export class RedisRunner implements Runner {
       }
       this.#waiters.delete(id);
     }
-    await Promise.allSettled([this.#client.quit(), this.#reader.quit(), this.#subscriber.quit()]);
+    await this.#leaveGroup().catch((error: Error) => this.#log(`sandbox redis: leaving: ${error.message}`));
+    await Promise.allSettled(clients.map((c) => c.quit()));
+  }
+
+  /** A clean exit leaves no consumer behind; one still holding calls stays until another server takes them. */
+  async #leaveGroup(): Promise<void> {
+    const held = await this.#client.xPendingRange(this.#stream, this.#group, '-', '+', 1, {
+      consumer: this.#consumer,
+    });
+    if (held.length === 0) await this.#client.xGroupDelConsumer(this.#stream, this.#group, this.#consumer);
+    await this.#client.del(this.#aliveKey(this.#consumer));
   }
 }

@@ -3,7 +3,9 @@ import { createServer } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { createClient } from 'redis';
 import { type ChildServer, startServer } from '../../src/process/serve.js';
+import { serverCgroupDirs } from '../../src/sandbox/cgroup.js';
 import { type GuardedServer, startGuardedServer } from '../support/guard.js';
+import { BIN } from '../support/helpers.js';
 
 type Result = { sub_id: string; success: boolean; run_success: boolean; reason: string; stdout: string };
 
@@ -113,5 +115,101 @@ describe('sandbox-serve --redis: several workers share one queue', () => {
     } finally {
       await client.quit();
     }
+  });
+});
+
+describe('sandbox-serve --redis: what a SIGKILLed server leaves is cleaned up', () => {
+  // Unguarded (the calls are benign): the servers' cgroups must share one parent for a survivor
+  // to find a dead sibling's.
+  let redis: ChildServer;
+  let redisUrl = '';
+  let watcher: ReturnType<typeof createClient>;
+  const servers: ChildServer[] = [];
+  const serve = async () => {
+    const server = await startServer({
+      name: 'sandbox-serve',
+      command: process.execPath,
+      args: [BIN, 'sandbox-serve', '--port', '0', '--workers', '1', '--timeout', '2', '--redis', redisUrl],
+      killAfterMs: 20_000,
+    });
+    servers.push(server);
+    return server;
+  };
+  /** The pids of the consumers in the group (names are HOST-PID-RANDOM). */
+  const consumers = async () =>
+    (await watcher.xInfoConsumers('rstar:sandbox:jobs', 'workers'))
+      .map((c) => Number(/-(\d+)-[0-9a-f]{8}$/.exec(String(c.name))?.[1]))
+      .sort();
+  const holds = async (server: ChildServer) =>
+    (await watcher.xPendingRange('rstar:sandbox:jobs', 'workers', '-', '+', 10)).some((h) =>
+      h.consumer.includes(`-${server.pid}-`),
+    );
+  const waitFor = async (what: string, check: () => Promise<boolean> | boolean, ms = 10_000) => {
+    const end = Date.now() + ms;
+    while (!(await check())) {
+      if (Date.now() > end) assert.fail(`${what}: not within ${ms / 1000} s`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  before(async () => {
+    const port = await freePort();
+    redis = await startRedis(port);
+    redisUrl = `redis://127.0.0.1:${port}`;
+    watcher = createClient({ url: redisUrl });
+    await watcher.connect();
+  });
+  after(async () => {
+    await Promise.all(servers.map((s) => s.stop()));
+    await watcher?.quit();
+    await redis?.stop();
+  });
+
+  test('the surviving server takes its call over at once, removes its consumer and its cgroups', async () => {
+    // A server joins the group when it first takes a call (Redis 7.0 creates consumers then).
+    const [a, b] = await Promise.all([serve(), serve()]);
+    const subs = [0, 1].map((i) => ({
+      type: 'python',
+      sub_id: `reap-${Date.now()}-${i}`,
+      solution: `import time\ntime.sleep(1)\nprint(${i})`,
+    }));
+    const pending = batch(a.url, subs);
+    await waitFor('B holds a call', () => holds(b));
+    assert.ok(serverCgroupDirs(b.pid!).length > 0, "B's cgroups exist while it runs");
+    await b.stop('SIGKILL');
+    const killed = performance.now();
+    const results = await pending;
+    const seconds = (performance.now() - killed) / 1000;
+    assert.deepEqual(
+      results.map((r) => [r.stdout, r.reason]),
+      [
+        ['0\n', ''],
+        ['1\n', ''],
+      ],
+    );
+    // The idle-claim rule alone would wait timeout + 5 s = 7 s before the call even restarts.
+    assert.ok(seconds < 5, `B's call answered ${seconds.toFixed(1)} s after the kill`);
+    assert.deepEqual(await consumers(), [a.pid]);
+    assert.deepEqual(serverCgroupDirs(b.pid!), []);
+  });
+
+  test('with no survivor, the next server to start cleans up; a clean exit leaves the group', async () => {
+    const [a] = servers;
+    await a.stop();
+    await waitFor('A left the group on a clean exit', async () => (await consumers()).length === 0);
+    const c = await serve();
+    const orphan = batch(c.url, [
+      { type: 'python', sub_id: `orphan-${Date.now()}`, solution: 'import time\ntime.sleep(1)\nprint(7)' },
+    ]).catch(() => undefined);
+    await waitFor('C holds a call', () => holds(c));
+    await c.stop('SIGKILL');
+    await orphan;
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.deepEqual(await consumers(), [c.pid], 'nobody alive to notice');
+    assert.ok(serverCgroupDirs(c.pid!).length > 0, 'nobody alive to remove them');
+    const d = await serve();
+    assert.deepEqual(serverCgroupDirs(c.pid!), []);
+    // D took C's call over at start: it joined the group by running it, and C is gone from it.
+    await waitFor('C removed, D joined', async () => (await consumers()).join() === String(d.pid));
+    await waitFor("C's call ran", async () => (await watcher.xLen('rstar:sandbox:jobs')) === 0);
   });
 });

@@ -1079,22 +1079,60 @@ def main(argv):
                    help="rows: decode attends the running requests' K/V as dense rows, kept up to date (at most "
                         "the pool's bytes again); pool: gathers them from the pool's slots every step")
     args = p.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        sys.stderr.write(f"rstar engine-serve: --port {args.port}: expected 0..65535\n")
+        return 2
+    # Bind before loading anything: a taken port fails in a second, not after the checkpoint loads.
+    try:
+        server = Server((args.host, args.port), None)
+    except OSError as e:
+        sys.stderr.write(f"rstar engine-serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}\n")
+        return 1
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
         engine = Engine(args)
     except (CheckpointError, SetupError) as e:
+        server.server_close()
         sys.stderr.write(f"rstar engine-serve: {e}\n")
         return 1
-    server = Server((args.host, args.port), make_handler(engine))
+    server.RequestHandlerClass = make_handler(engine)
+    serve_until_signal(server, engine)
+    return 0
+
+
+class Stop(Exception):
+    """Raised in the main thread by SIGINT or SIGTERM: leave serve_forever."""
+
+
+def serve_until_signal(server, engine):
+    """Serves until SIGINT or SIGTERM, then stops quietly: one line, no traceback.
+
+    A terminal's Ctrl-C reaches the whole process group, and the wrapper forwards it too, so the
+    engine sees the signal twice; only the first counts. The process leaves with os._exit once the
+    socket is closed and the scheduler stopped: interpreter teardown with torch's threads still
+    around is what aborted in C++ before."""
+    import signal
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Stop()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
     host, port = server.server_address[:2]
     sys.stderr.write(f"listening on http://{host}:{port}\n")
     sys.stderr.flush()
+    stopped = False
     try:
         server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
+    except Stop:
+        stopped = True
+        sys.stderr.write("engine-serve: shutting down\n")
     finally:
         server.server_close()
         engine.close()
-    return 0
+    if stopped:
+        sys.stderr.flush()
+        os._exit(0)
