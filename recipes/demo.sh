@@ -32,7 +32,7 @@
 #   RSTAR_DEMO_CURVE_EVERY [10] a curve point every this many steps (the checkpoint step-K, evaluated
 #     once its stage is done, so the evaluation never shares the engine with a running stage) and
 #     after each stage
-#   RSTAR_DEMO_TOOL_TIMEOUT [5] seconds a tool call may run (sandbox-serve --timeout), RL and evaluations
+#   RSTAR_DEMO_TOOL_TIMEOUT [5] seconds a tool call may run (sandbox-serve --tool-timeout), RL and evaluations
 #   RSTAR_DEMO_TOOL_CACHE [group] in the RL stages, a problem's samples share the result of an identical
 #     deterministic tool call (rollout --tool-cache; off: every call runs): ~73% of the calls are such
 #     repeats, and the RL stages run ~30% faster on a slow-forking VM with the same share of turns under
@@ -139,7 +139,7 @@ ENGINE_PROCS=${RSTAR_DEMO_ENGINES:-$ENGINE_PROCS}
 start_engines "$ENGINE_PROCS" "$OUT/engine" --model "$SFT/ckpt" --weight-version 0 --threads "$THREADS"
 # The curriculum's programs run in milliseconds; what reaches a limit is the model's compute bomb
 # (pow(87, 153915391) without a modulus), which holds its step and a core for the whole limit.
-start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --timeout "${RSTAR_DEMO_TOOL_TIMEOUT:-5}"
+start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --tool-timeout "${RSTAR_DEMO_TOOL_TIMEOUT:-5}"
 SANDBOX=$SERVER_URL
 ROLLOUT=("${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
   --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}")

@@ -186,7 +186,7 @@ trained() {
     "${RSTAR[@]}" advantage --group-size "$KEPT" |
     "${RSTAR[@]}" train-step --follow --loss grpo --model "$model" --weight-version "$version" \
       --out "$OUT/step-{step}" --policy "rl-step-{step}" --sync "${ENGINES[@]}" --max-staleness "$STALENESS" \
-      --lr "$LR" --mini-batches "$MINI" --epochs "$EPOCHS" --threads "$TRAIN_THREADS" \
+      --lr "$LR" --mini-batches "$MINI" --passes-per-batch "$EPOCHS" --threads "$TRAIN_THREADS" \
       --micro-batch-tokens "$MICRO_TOKENS" --keep-checkpoints "$KEEP_CHECKPOINTS" --keep-every "$KEEP_EVERY" \
       ${RSTAR_RL_TRAIN_ARGS:-} |
     tee -a "$OUT/steps.jsonl" |

@@ -104,7 +104,7 @@ SECONDS_BUDGET=${RSTAR_SFT_SECONDS:-$(awk -v a="$recipe_start" -v b="$EPOCHREALT
   'BEGIN { s = t - (b - a) - r; printf "%d", (s < 60 ? 60 : s) }')}
 step "sft-train (batch $BATCH, lr $LR, $NPROC ranks, ${SECONDS_BUDGET}s budget)"
 "${RSTAR[@]}" sft-train --data "$DATA/sft.jsonl" --model "$OUT/init" --out "$OUT/ckpt" \
-  --batch "$BATCH" --lr "$LR" --warmup-steps "$WARMUP" --decay "$DECAY" --window "$WINDOW" \
+  --batch-records "$BATCH" --lr "$LR" --warmup-steps "$WARMUP" --decay "$DECAY" --window "$WINDOW" \
   --seconds "$SECONDS_BUDGET" --max-steps "$MAX_STEPS" --snapshot-every "$CKPT_EVERY" \
   --seed "$SEED" --nproc "$NPROC" >"$OUT/metrics.jsonl"
 

@@ -60,7 +60,7 @@ describe('train-step --dtype / --shard', () => {
     writeFileSync(data, batch);
     const r = await rstar(
       ['sft-train', '--data', data, '--model', m0, '--out', join(dir, 'sft')].concat([
-        '--batch',
+        '--batch-records',
         '3',
         '--max-steps',
         '2',

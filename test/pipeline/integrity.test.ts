@@ -69,7 +69,7 @@ function tokenSandbox(token: string): Promise<ChildServer & { url: string }> {
   return startServer({
     name: 'sandbox-serve',
     command: process.execPath,
-    args: [BIN, 'sandbox-serve', '--port', '0', '--workers', '1', '--token', token],
+    args: [BIN, 'sandbox-serve', '--port', '0', '--workers', '1', '--sandbox-token', token],
   });
 }
 

@@ -35,7 +35,7 @@ const run = async (url: string, solution: string, extra: Record<string, unknown>
 describe('sandbox-serve API (code-judge compatible)', () => {
   let server: GuardedServer;
   before(async () => {
-    server = await startGuardedServer(['--workers', '2', '--timeout', '2']);
+    server = await startGuardedServer(['--workers', '2', '--tool-timeout', '2']);
   });
   after(async () => {
     const left = await server.stop();
@@ -458,13 +458,13 @@ describe('overload, auth and shutdown', () => {
     server = await startGuardedServer([
       '--workers',
       '1',
-      '--timeout',
+      '--tool-timeout',
       '3',
       '--max-queue',
       '2',
       '--queue-timeout',
       '0.5',
-      '--token',
+      '--sandbox-token',
       'sesame',
     ]);
   });
@@ -553,7 +553,7 @@ async function waitForMetric(url: string, pattern: RegExp): Promise<void> {
 describe('--max-queue and shutdown with calls queued', () => {
   // A queue timeout far above what the calls take: a queue_timeout here can only be the --max-queue bound
   // (or shutdown), not a call that waited too long.
-  const ARGS = ['--workers', '1', '--timeout', '8', '--queue-timeout', '30'];
+  const ARGS = ['--workers', '1', '--tool-timeout', '8', '--queue-timeout', '30'];
   const SLOW = 'import time\ntime.sleep(1.5)\nprint("slow")';
 
   test('with --max-queue 1, one call running and one queued, the next is refused at once', async () => {
@@ -664,7 +664,7 @@ describe('formatToolResponse (rStar2-Agent tool-response text)', () => {
 });
 
 test('without namespaces the service says so and still runs calls in a private directory', async () => {
-  const server = await startGuardedServer(['--workers', '1', '--timeout', '2'], {
+  const server = await startGuardedServer(['--workers', '1', '--tool-timeout', '2'], {
     env: { RSTAR_SANDBOX_NO_ISOLATION: '1' },
   });
   try {

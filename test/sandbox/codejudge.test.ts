@@ -74,7 +74,7 @@ describe('code-judge tests/test_main.py, against sandbox-serve', () => {
     );
 
   before(async () => {
-    server = await startGuardedServer(['--workers', '2', '--timeout', String(LIMIT)]);
+    server = await startGuardedServer(['--workers', '2', '--tool-timeout', String(LIMIT)]);
   });
   after(async () => {
     assert.deepEqual(await server.stop(), [], 'SIGTERM leaves no process behind');
@@ -203,7 +203,7 @@ describe('code-judge tests/test_main.py, against sandbox-serve', () => {
 });
 
 test('the timeout boundary holds without namespaces too (degraded mode)', async () => {
-  const server = await startGuardedServer(['--workers', '2', '--timeout', String(LIMIT)], {
+  const server = await startGuardedServer(['--workers', '2', '--tool-timeout', String(LIMIT)], {
     env: { RSTAR_SANDBOX_NO_ISOLATION: '1' },
   });
   try {

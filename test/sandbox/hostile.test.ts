@@ -75,7 +75,7 @@ describe('hostile code', () => {
   };
 
   before(async () => {
-    server = await startGuardedServer(['--workers', '2', '--timeout', '3', '--memory', '256'], {
+    server = await startGuardedServer(['--workers', '2', '--tool-timeout', '3', '--memory', '256'], {
       maxPids: 600,
       memoryBytes: 4 * 1024 ** 3,
       env: { RSTAR_TEST_SECRET: SECRET },

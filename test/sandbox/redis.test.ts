@@ -53,7 +53,7 @@ describe('sandbox-serve --redis: several workers share one queue', () => {
     const port = await freePort();
     redis = await startRedis(port);
     redisUrl = `redis://127.0.0.1:${port}`;
-    const args = ['--workers', '1', '--timeout', '2', '--redis', `redis://127.0.0.1:${port}`];
+    const args = ['--workers', '1', '--tool-timeout', '2', '--redis', `redis://127.0.0.1:${port}`];
     [a, b] = await Promise.all([startGuardedServer(args), startGuardedServer(args)]);
   });
   after(async () => {
@@ -129,7 +129,7 @@ describe('sandbox-serve --redis: what a SIGKILLed server leaves is cleaned up', 
     const server = await startServer({
       name: 'sandbox-serve',
       command: process.execPath,
-      args: [BIN, 'sandbox-serve', '--port', '0', '--workers', '1', '--timeout', '2', '--redis', redisUrl],
+      args: [BIN, 'sandbox-serve', '--port', '0', '--workers', '1', '--tool-timeout', '2', '--redis', redisUrl],
       killAfterMs: 20_000,
     });
     servers.push(server);

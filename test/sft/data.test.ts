@@ -150,7 +150,7 @@ describe('sft-data sources', () => {
         '',
       ].join('\n'),
     );
-    const res = await rstar(['sft-data', '--max-tokens', '600', file]);
+    const res = await rstar(['sft-data', '--max-seq-tokens', '600', file]);
     assert.equal(res.code, 0, res.stderr);
     const s = stats(res.stderr);
     assert.equal(s.exact_duplicates, 1);
@@ -178,7 +178,7 @@ describe('sft-data sources', () => {
     assert.equal(stats(skip.stderr).invalid, 3);
     assert.match(skip.stderr, /bad\.jsonl:3: messages\.0\.role: unknown role "wizard"/);
     assert.match(skip.stderr, /bad\.jsonl:4: \(record\): unrecognised format/);
-    const usage = await rstar(['sft-data', '--max-tokens', 'x']);
+    const usage = await rstar(['sft-data', '--max-seq-tokens', 'x']);
     assert.equal(usage.code, 2);
   });
 

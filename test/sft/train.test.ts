@@ -47,7 +47,7 @@ describe('sft-train: the loop', () => {
   test('a step budget, whole batches over seeded epochs, the decay on the end_batch lines, snapshots', async () => {
     const out = join(dir, 'ckpt');
     const r = await rstar([
-      ...['sft-train', '--data', data, '--model', m0, '--out', out, '--batch', '2', '--lr', '1e-3'],
+      ...['sft-train', '--data', data, '--model', m0, '--out', out, '--batch-records', '2', '--lr', '1e-3'],
       ...['--max-steps', '5', '--decay', '0.5', '--snapshot-every', '2', '--seed', '3'],
     ]);
     assert.equal(r.code, 0, r.stderr);
@@ -84,7 +84,7 @@ describe('sft-train: the loop', () => {
     const r = await rstar([...args, '--data', bad]);
     assert.equal(r.code, 1);
     assert.match(r.stderr, /bad\.jsonl:3: response_ids\.1: token id 96 is out of the vocabulary/);
-    const few = await rstar([...args, '--data', data, '--batch', '8']);
+    const few = await rstar([...args, '--data', data, '--batch-records', '8']);
     assert.equal(few.code, 1);
     assert.match(few.stderr, /fewer than 8 records, not one batch/);
     const noBudget = await rstar(['sft-train', '--model', m0, '--out', join(dir, 'x'), '--data', data]);
