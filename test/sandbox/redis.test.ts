@@ -129,7 +129,18 @@ describe('sandbox-serve --redis: what a SIGKILLed server leaves is cleaned up', 
     const server = await startServer({
       name: 'sandbox-serve',
       command: process.execPath,
-      args: [BIN, 'sandbox-serve', '--port', '0', '--workers', '1', '--tool-timeout', '2', '--redis', redisUrl],
+      args: [
+        BIN,
+        'sandbox-serve',
+        '--port',
+        '0',
+        '--workers',
+        '1',
+        '--tool-timeout',
+        '2',
+        '--redis',
+        redisUrl,
+      ],
       killAfterMs: 20_000,
     });
     servers.push(server);
