@@ -216,7 +216,8 @@ describe('sandbox-serve --redis: what a SIGKILLed server leaves is cleaned up', 
     await orphan;
     await new Promise((r) => setTimeout(r, 1500));
     assert.deepEqual(await consumers(), [c.pid], 'nobody alive to notice');
-    assert.ok(serverCgroupDirs(c.pid!).length > 0, 'nobody alive to remove them');
+    // (C's cgroups may already be gone here: any sandbox-serve starting on this host, e.g. another
+    // suite's running beside this one, removes a dead server's cgroups. After D starts they must be.)
     const d = await serve();
     assert.deepEqual(serverCgroupDirs(c.pid!), []);
     // D took C's call over at start: it joined the group by running it, and C is gone from it.
