@@ -37,6 +37,7 @@ export const ROLLOUT_DEFAULTS = {
   timeoutSeconds: 600,
   compat: 'strict',
   toolCache: 'off',
+  toolCacheAudit: 0,
 } as const satisfies {
   engineKind: EngineKind;
   schedule: Policy;
@@ -68,6 +69,7 @@ export interface SharedRolloutFlags {
   schedule: Policy;
   compat: Compat;
   toolCache: ToolCacheMode;
+  toolCacheAudit: number;
 }
 
 /** What the flags only `rstar rollout` takes parse to: the runner's knobs eval leaves at their defaults. */
@@ -132,10 +134,16 @@ export function sharedRolloutOptions(samples: number): Option[] {
     ),
     choice(
       '--tool-cache <mode>',
-      "group: a problem's samples share the result of an identical tool call (same code and stdin) instead of running it again; code that may print something else when rerun (randomness, clocks, the process) always runs",
+      "group: a problem's samples share the result of an identical tool call (same code and stdin) instead of running it again, when the program uses only pure modules and its result is reproducible (docs/rollout.md); any other call always runs",
       TOOL_CACHE_MODES,
       D.toolCache,
     ),
+    new Option(
+      '--tool-cache-audit <fraction>',
+      'with --tool-cache group: run this share of cache hits again for real and compare the outputs; a mismatch is a WARNING',
+    )
+      .argParser(number(0, 1))
+      .default(D.toolCacheAudit),
   ];
 }
 
@@ -175,6 +183,7 @@ export function sharedSettings(f: SharedRolloutFlags) {
     schedule: f.schedule,
     compat: f.compat,
     toolCache: f.toolCache,
+    toolCacheAudit: f.toolCacheAudit,
   };
 }
 

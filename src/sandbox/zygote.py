@@ -106,6 +106,17 @@ if 'numpy.random' in sys.modules:
 
     os.register_at_fork(after_in_child=reseed_numpy)
 
+# sympy keeps a generator of its own (sympy.core.random.rng: randprime, random matrices, ...),
+# which a fork copies as well: reseeded per call like numpy's, only where sympy is preloaded (a
+# call that imports it itself gets a fresh seed from the import).
+if 'sympy.core.random' in sys.modules:
+    _sympy_random = sys.modules['sympy.core.random']
+
+    def reseed_sympy():
+        _sympy_random.seed(int.from_bytes(os.urandom(4), 'little'))
+
+    os.register_at_fork(after_in_child=reseed_sympy)
+
 libc = ctypes.CDLL(None, use_errno=True)
 # glibc gives every new thread a malloc arena of its own, each reserving 64 MiB of address space:
 # under RLIMIT_AS (the warm interpreter + --memory) a call could start only ~8 threads before
