@@ -40,6 +40,8 @@
 #   RSTAR_DEMO_EVAL_TOOL_CACHE [group] the same for the held-out evaluations (eval --tool-cache): they train
 #     nothing, and on seed 2's SFT checkpoint avg@4, pass@k, tool errors and format violations came out
 #     equal to `off`'s, ~20% faster
+#   RSTAR_DEMO_TOOL_CACHE_AUDIT [0.05] share of cache hits run again for real and compared, in the RL
+#     stages and the evaluations (--tool-cache-audit); the summary counts them, a mismatch is a WARNING
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run; RSTAR_SFT_EVAL
 #   [0 here: the SFT checkpoint is evaluated once, as eval-sft]),
@@ -98,7 +100,8 @@ start_engines "$ENGINE_PROCS" "$OUT/engine" --model "$SFT/ckpt" --weight-version
 start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --timeout "${RSTAR_DEMO_TOOL_TIMEOUT:-5}"
 SANDBOX=$SERVER_URL
 ROLLOUT=("${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
-  --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}")
+  --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}"
+  --tool-cache-audit "${RSTAR_DEMO_TOOL_CACHE_AUDIT:-0.05}")
 
 # evaluate NAME CHECKPOINT VERSION N STEP: held-out avg@N of a checkpoint (kept if already done),
 # added to the curve at STEP.
@@ -124,6 +127,7 @@ evaluate sft "$SFT/ckpt" 0 "$EVAL_N" 0
 export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE="${ENGINES[*]}" RSTAR_RL_SANDBOX=$SANDBOX RSTAR_RL_TOKENIZER=$SFT/ckpt
 export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
 export RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2} RSTAR_RL_TOOL_CACHE=${RSTAR_DEMO_TOOL_CACHE:-group}
+export RSTAR_RL_TOOL_CACHE_AUDIT=${RSTAR_DEMO_TOOL_CACHE_AUDIT:-0.05}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
 export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_OVERSAMPLE=${RSTAR_DEMO_OVERSAMPLE:-0} RSTAR_RL_REFILL=${RSTAR_DEMO_REFILL:-streaming} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS
 first=1
@@ -159,4 +163,9 @@ done
 evaluate rl "$OUT/rl/step-$last" "$last" "$EVAL_N" "$last"
 "${RSTAR[@]}" eval --compare "$OUT/eval-sft/report.json" "$OUT/eval-rl/report.json" | tee "$OUT/compare.md"
 "${RSTAR[@]}" eval --curve "$OUT/rl/curve.jsonl" >/dev/null
+# The tool cache's audit over every RL step and evaluation: a mismatch means a shared result varied.
+read -r hits audited mismatches < <(cat "$OUT"/rl/rollout-steps.jsonl "$OUT"/eval-*/report.json 2>/dev/null | tr -d ' \n' |
+  grep -o '"tool_cache":{[^}]*}' | awk -F'[:,}]' '{ h += $3; a += $5; m += $7 } END { printf "%d %d %d\n", h, a, m }')
+log "tool cache: ${hits:-0} hits, ${audited:-0} audited, ${mismatches:-0} mismatches"
+((${mismatches:-0} == 0)) || log "WARNING: ${mismatches} audited tool-cache hits differed when run again: shared results correlated some groups' samples (grep 'WARNING tool cache' in the logs)"
 log "done in $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", b - a }') s: $OUT/compare.md, $OUT/rl/curve.svg, $OUT/rl/steps.jsonl"
