@@ -108,14 +108,21 @@ function toolCacheLines(summaries: readonly EvalSummary[]): string[] {
   for (const s of summaries) {
     const c = s.tool_cache as { hits?: number; audited?: number; mismatches?: number } | undefined;
     if (c === undefined) continue;
-    lines.push(`- ${s.benchmark}: ${c.hits ?? 0} hits, ${c.audited ?? 0} audited, ${c.mismatches ?? 0} mismatches`);
+    lines.push(
+      `- ${s.benchmark}: ${c.hits ?? 0} hits, ${c.audited ?? 0} audited, ${c.mismatches ?? 0} mismatches`,
+    );
     if ((c.mismatches ?? 0) > 0)
       lines.push(
         `  - WARNING: ${c.mismatches} audited hits differed when run again: shared results correlated samples`,
       );
   }
   return lines.length > 0
-    ? ['Tool cache (calls answered from an identical call of the same problem; audited = run again and compared):', '', ...lines, '']
+    ? [
+        'Tool cache (calls answered from an identical call of the same problem; audited = run again and compared):',
+        '',
+        ...lines,
+        '',
+      ]
     : [];
 }
 

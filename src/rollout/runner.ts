@@ -14,8 +14,8 @@ import type { Policy } from './scheduler.js';
 import {
   GroupToolCache,
   type SandboxTraits,
-  sandboxTraits,
   samplesPerProblem,
+  sandboxTraits,
   type ToolCacheCounts,
   type ToolCacheMode,
 } from './tool-cache.js';

@@ -49,7 +49,8 @@ const ADDRESS = /0x[0-9a-f]+/i;
 export function unshareable(result: SubmissionResult, timeoutS: number): string | undefined {
   if (result.reason !== '') return `reason ${result.reason}`;
   if (result.cost > timeoutS / 2) return `ran ${result.cost}s of a ${timeoutS}s limit`;
-  if (ADDRESS.test(result.stdout ?? '') || ADDRESS.test(result.stderr ?? '')) return 'a memory address in its output';
+  if (ADDRESS.test(result.stdout ?? '') || ADDRESS.test(result.stderr ?? ''))
+    return 'a memory address in its output';
   return undefined;
 }
 
@@ -58,7 +59,8 @@ export function unshareable(result: SubmissionResult, timeoutS: number): string 
  * stdout and stderr line by line; the execution time is ignored), or undefined when they agree.
  */
 export function firstDifference(a: SubmissionResult, b: SubmissionResult): string | undefined {
-  const status = (r: SubmissionResult) => `success=${r.success} run_success=${r.run_success} reason=${r.reason}`;
+  const status = (r: SubmissionResult) =>
+    `success=${r.success} run_success=${r.run_success} reason=${r.reason}`;
   if (status(a) !== status(b)) return `status: ${status(a)} vs ${status(b)}`;
   for (const stream of ['stdout', 'stderr'] as const) {
     const x = (a[stream] ?? '').split('\n');
@@ -108,7 +110,10 @@ type Outcome = { shared: true; result: SubmissionResult } | { shared: false };
  * bounded by the problems in flight.
  */
 export class GroupToolCache {
-  #groups = new Map<string, { left: number; calls: Map<string, { outcome: Promise<Outcome>; hits: number }> }>();
+  #groups = new Map<
+    string,
+    { left: number; calls: Map<string, { outcome: Promise<Outcome>; hits: number }> }
+  >();
   #sandbox: SandboxTraits;
   #audit: number;
   #seed: number;
@@ -162,7 +167,11 @@ export class GroupToolCache {
       settle({ shared: false });
       throw error;
     }
-    settle(unshareable(result, this.#sandbox.timeoutS) === undefined ? { shared: true, result } : { shared: false });
+    settle(
+      unshareable(result, this.#sandbox.timeoutS) === undefined
+        ? { shared: true, result }
+        : { shared: false },
+    );
     return result;
   }
 

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import type { SubmissionResult } from '../../src/records/sandbox.js';
+import { loadProtocol, SglangClient } from '../../src/rollout/index.js';
 import { PurityClassifier } from '../../src/rollout/purity.js';
+import { rolloutSteps } from '../../src/rollout/steps.js';
 import {
   firstDifference,
   GroupToolCache,
@@ -9,6 +11,9 @@ import {
   samplesPerProblem,
   unshareable,
 } from '../../src/rollout/tool-cache.js';
+import { startSandbox } from '../../src/sandbox/embedded.js';
+import { ANSWER, CALL, collect, problems, TINY } from '../support/agent-fixtures.js';
+import { startFakeSglang } from '../support/fake-sglang.js';
 
 const result = (stdout: string, more: Partial<SubmissionResult> = {}): SubmissionResult => ({
   sub_id: '',
@@ -148,7 +153,10 @@ describe('tool cache: which results are shared', () => {
     );
     assert.equal(unshareable(result('4\n', { cost: 0.4 }), 1), undefined);
     // A program's own error is deterministic: shared.
-    assert.equal(unshareable(result('', { success: false, run_success: false, stderr: 'ZeroDivisionError' }), 1), undefined);
+    assert.equal(
+      unshareable(result('', { success: false, run_success: false, stderr: 'ZeroDivisionError' }), 1),
+      undefined,
+    );
   });
 
   it('runs each sample on its own after a result that must not be shared', async () => {
@@ -218,7 +226,7 @@ describe('GroupToolCache', () => {
     assert.equal(c.counts.hits, 0);
   });
 
-  it("a failed shared run (the service, not the program) is retried by each waiting sample on its own", async () => {
+  it('a failed shared run (the service, not the program) is retried by each waiting sample on its own', async () => {
     const c = cache(new Map([['p', 4]]));
     let runs = 0;
     // The first run fails; every later one succeeds: no waiter may inherit the first one's failure.
@@ -260,7 +268,9 @@ describe('tool cache audit', () => {
     const c = cache(new Map([['p', 4]]), { audit: 1, seed: 7, warn: (line) => warnings.push(line) });
     // Statically pure, yet it prints something else on its third run.
     const varies = counter((run) => result(run === 3 ? '1\n3\n' : '1\n2\n'));
-    const shared = await Promise.all([0, 1, 2].map(() => c.run('p', 'print(1)\nprint(2)', '', varies.execute)));
+    const shared = await Promise.all(
+      [0, 1, 2].map(() => c.run('p', 'print(1)\nprint(2)', '', varies.execute)),
+    );
     // The trajectories keep the shared result: the audit never changes training data.
     assert.deepEqual(
       shared.map((r) => r.stdout),
@@ -286,8 +296,43 @@ describe('tool cache audit', () => {
   it('ignores the execution time when comparing', () => {
     assert.equal(firstDifference(result('1\n', { cost: 0.01 }), result('1\n', { cost: 0.3 })), undefined);
     assert.match(
-      firstDifference(result('1\n'), result('', { reason: 'worker_timeout', success: false, run_success: false })) ?? '',
+      firstDifference(
+        result('1\n'),
+        result('', { reason: 'worker_timeout', success: false, run_success: false }),
+      ) ?? '',
       /^status: /,
     );
+  });
+});
+
+describe('tool cache in the RL loop (scripted SGLang, the real sandbox)', () => {
+  it("counts each step's hits, audited hits and mismatches in its EndBatch stats", async () => {
+    const [engine, sandbox, protocol] = await Promise.all([
+      startFakeSglang({ tokenizer: TINY, capacity: 100_000, turns: [CALL, ANSWER] }),
+      startSandbox({ workers: 2 }),
+      loadProtocol(TINY),
+    ]);
+    try {
+      const out = await collect(
+        rolloutSteps(
+          problems(2),
+          {
+            engines: [new SglangClient(engine.url)],
+            sandbox: sandbox.url,
+            protocol,
+            n: 4,
+            toolCache: 'group',
+            toolCacheAudit: 1,
+          },
+          { batch: 2, steps: 1 },
+        ),
+      );
+      const end = out.at(-1) as { end_batch?: boolean; stats?: { tool_cache?: unknown } };
+      assert.equal(end.end_batch, true);
+      // Two groups of four identical `print(6 // 2)` calls: three hits each, every one audited, all alike.
+      assert.deepEqual(end.stats?.tool_cache, { hits: 6, audited: 6, mismatches: 0 });
+    } finally {
+      await Promise.all([engine.close(), sandbox.close()]);
+    }
   });
 });

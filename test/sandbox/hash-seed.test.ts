@@ -9,7 +9,10 @@ async function runAll(url: string, solutions: string[]): Promise<Result[]> {
   const response = await fetch(`${url}/run/batch`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ type: 'batch', submissions: solutions.map((solution) => ({ type: 'python', solution })) }),
+    body: JSON.stringify({
+      type: 'batch',
+      submissions: solutions.map((solution) => ({ type: 'python', solution })),
+    }),
   });
   return ((await response.json()) as { results: Result[] }).results;
 }
