@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
+import { markdownReport } from '../../src/eval/report.js';
 import type { SubmissionResult } from '../../src/records/sandbox.js';
 import { loadProtocol, SglangClient } from '../../src/rollout/index.js';
 import { PurityClassifier } from '../../src/rollout/purity.js';
@@ -334,5 +335,27 @@ describe('tool cache in the RL loop (scripted SGLang, the real sandbox)', () => 
     } finally {
       await Promise.all([engine.close(), sandbox.close()]);
     }
+  });
+});
+
+describe('tool cache in eval reports', () => {
+  it("lists each benchmark's counts and warns of a mismatch", () => {
+    const summary = (benchmark: string, mismatches: number) => ({
+      v: 1 as const,
+      summary: true as const,
+      benchmark,
+      n: 4,
+      'avg@n': 0.5,
+      'pass@k': { '1': 0.5 },
+      mean_tokens: 100,
+      tool_error_rate: 0,
+      policy: 'p',
+      tool_cache: { hits: 10, audited: 2, mismatches },
+    });
+    const md = markdownReport({ v: 1, benchmarks: [summary('a', 0), summary('b', 1)] }, { lengths: {} });
+    assert.match(
+      md,
+      /- a: 10 hits, 2 audited, 0 mismatches\n- b: 10 hits, 2 audited, 1 mismatches\n {2}- WARNING: 1 audited/,
+    );
   });
 });
