@@ -20,9 +20,10 @@
 # a fixed header, then the raw code and stdin bytes (requests) or the kept stdout and stderr
 # bytes (responses). Node decodes the output; this process never holds call bytes in Python
 # objects, only in the wipe-on-fork buffers below, so no child can inherit an earlier call's data.
-# The interpreter runs with -S -I: no `site`, so none of site-packages' .pth imports land in the
+# The interpreter runs with -S -s: no `site`, so none of site-packages' .pth imports land in the
 # warm interpreter (every module it holds makes each fork dearer); the import path comes in the
-# config instead. Only what a call needs is imported here: what user code runs with (the preload
+# config instead. Not -I: it would ignore PYTHONHASHSEED (sandbox-serve --hash-seed), and the
+# environment is the executor's own anyway. Only what a call needs is imported here: what user code runs with (the preload
 # list), ast (notebook mode), ctypes (the sandbox setup) and traceback (error text).
 import os
 import sys
