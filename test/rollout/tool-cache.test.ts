@@ -1,4 +1,7 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { markdownReport } from '../../src/eval/report.js';
 import type { SubmissionResult } from '../../src/records/sandbox.js';
@@ -15,6 +18,7 @@ import {
 import { startSandbox } from '../../src/sandbox/embedded.js';
 import { ANSWER, CALL, collect, problems, TINY } from '../support/agent-fixtures.js';
 import { startFakeSglang } from '../support/fake-sglang.js';
+import { ndjson, rstar } from '../support/helpers.js';
 
 const result = (stdout: string, more: Partial<SubmissionResult> = {}): SubmissionResult => ({
   sub_id: '',
@@ -357,5 +361,30 @@ describe('tool cache in eval reports', () => {
       md,
       /- a: 10 hits, 2 audited, 0 mismatches\n- b: 10 hits, 2 audited, 1 mismatches\n {2}- WARNING: 1 audited/,
     );
+  });
+});
+
+describe('rstar eval --tool-cache group --tool-cache-audit', () => {
+  it("writes each benchmark's counts into report.json and report.md", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rstar-tool-cache-'));
+    const engine = await startFakeSglang({ tokenizer: TINY, capacity: 100_000, turns: [CALL, ANSWER] });
+    try {
+      writeFileSync(join(dir, 'bench.jsonl'), ndjson(problems(2)));
+      const r = await rstar([
+        'eval',
+        ...['--problems', join(dir, 'bench.jsonl'), '--engine', engine.url, '--tokenizer', TINY, '--n', '4'],
+        ...['--tool-cache', 'group', '--tool-cache-audit', '1', '--out', join(dir, 'out')],
+      ]);
+      assert.equal(r.code, 0, r.stderr);
+      const report = JSON.parse(readFileSync(join(dir, 'out', 'report.json'), 'utf8'));
+      assert.deepEqual(report.benchmarks[0].tool_cache, { hits: 6, audited: 6, mismatches: 0 });
+      assert.match(
+        readFileSync(join(dir, 'out', 'report.md'), 'utf8'),
+        /- bench: 6 hits, 6 audited, 0 mismatches/,
+      );
+    } finally {
+      await engine.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
