@@ -34,7 +34,7 @@
 #     after each stage
 #   RSTAR_DEMO_TOOL_TIMEOUT [5] seconds a tool call may run (sandbox-serve --timeout), RL and evaluations
 #   RSTAR_DEMO_TOOL_CACHE [group] in the RL stages, a problem's samples share the result of an identical
-#     deterministic tool call (rollout --tool-cache; off: every call runs): ~73% of the calls are such
+#     pure tool call (rollout --tool-cache; off: every call runs): ~73% of the calls are such
 #     repeats, and the RL stages run ~30% faster on a slow-forking VM with the same share of turns under
 #     the newer policy and a three-seed gain as large (docs/experiments/2026-12-04-turn-versions-tool-cache.md)
 #   RSTAR_DEMO_EVAL_TOOL_CACHE [group] the same for the held-out evaluations (eval --tool-cache): they train

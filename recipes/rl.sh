@@ -28,7 +28,7 @@
 #                       problems, r the last step's share of mixed groups (rollout --oversample)
 #   RSTAR_RL_REFILL [rounds]  streaming: refill problems start as soon as the finished groups show a
 #                       shortfall, beside the trajectories still running (rollout --refill)
-#   RSTAR_RL_TOOL_CACHE [off]  group: a problem's samples share the result of an identical deterministic
+#   RSTAR_RL_TOOL_CACHE [off]  group: a problem's samples share the result of an identical pure
 #                       tool call (rollout --tool-cache; 73% of the main job's calls, which sets it: the RL
 #                       stages ~30% faster on a slow-forking VM, the same gain over three seeds:
 #                       docs/experiments/2026-12-04-turn-versions-tool-cache.md)

@@ -61,6 +61,19 @@ BANNED_NAMES = {
     'breakpoint', 'help', 'getattr', 'setattr', 'delattr', 'hasattr',
 }
 NAME_BY_ARG = {'getattr', 'setattr', 'delattr', 'hasattr'}
+# numpy generators seeded with a constant draw the same numbers every run:
+# `np.random.default_rng(1)`, `from numpy.random import RandomState; RandomState(7)`.
+SEEDED = {'default_rng', 'RandomState'}
+
+
+def constant_seed(call):
+    """Whether a call's arguments are whole-number constants (a seed fixed in the program)."""
+    def whole(node):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return len(node.elts) > 0 and all(whole(e) for e in node.elts)
+        return isinstance(node, ast.Constant) and type(node.value) is int
+    args = list(call.args) + [k.value for k in call.keywords if k.arg == 'seed']
+    return len(args) == 1 and len(call.keywords) == (1 if len(call.args) == 0 else 0) and all(whole(a) for a in args)
 # Attribute names that reach frames, buffers' addresses, or files, on any object.
 BANNED_ATTRS = {
     'f_globals', 'f_locals', 'f_back', 'f_builtins', 'f_code', 'tb_frame', 'tb_next', 'gi_frame',
@@ -112,6 +125,7 @@ class Judge:
         self.modules = set()  # top-level modules imported
         self.aliases = {}  # local name -> module path bound by `import X [as Y]`
         self.sets = False
+        self.seeded = set()  # local names of numpy's generator classes, each call seeded by a constant
 
     def deny(self, why):
         raise Impure(why)
@@ -148,6 +162,10 @@ class Judge:
                     self.deny(f'{where}: relative import')
                 path = (node.module or '').split('.')
                 for a in node.names:
+                    if path == ['numpy', 'random'] and a.name in SEEDED:
+                        self.modules.add('numpy')
+                        self.seeded.add(a.asname or a.name)
+                        continue
                     self.check_path(path if a.name == '*' else path + [a.name], where)
 
     def visit(self):
@@ -162,6 +180,8 @@ class Judge:
             where = f'line {getattr(node, "lineno", 0)}'
             if isinstance(node, ast.Attribute):
                 self.check_attr(node.attr, where)
+                if self.seeded_generator(node, parents):
+                    continue
                 for rule in rules:
                     if rule(node.attr):
                         self.deny(f'{where}: .{node.attr}')
@@ -184,12 +204,32 @@ class Judge:
                     if not (isinstance(parent, ast.Attribute) and parent.value is node):
                         # The module object itself handed on: what is done with it is not known here.
                         self.deny(f'{where}: the module {node.id} used as a value')
+                if node.id in self.seeded:
+                    call = parents.get(node)
+                    if not (isinstance(call, ast.Call) and call.func is node and constant_seed(call)):
+                        self.deny(f'{where}: {node.id} without a constant seed')
                 if node.id in ('set', 'frozenset'):
                     self.sets = True
             elif isinstance(node, (ast.Set, ast.SetComp)):
                 self.sets = True
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 self.check_text(node.value, where)
+
+    def seeded_generator(self, node, parents):
+        """`np.random` as the head of `np.random.default_rng(<constant>)`."""
+        if not (node.attr == 'random' and isinstance(node.value, ast.Name)):
+            return False
+        if self.aliases.get(node.value.id) != ['numpy']:
+            return False
+        parent = parents.get(node)
+        call = parents.get(parent)
+        return (
+            isinstance(parent, ast.Attribute)
+            and parent.attr in SEEDED
+            and isinstance(call, ast.Call)
+            and call.func is parent
+            and constant_seed(call)
+        )
 
     def constant_name(self, call, where):
         """getattr(x, 'name'): allowed only with a constant name that passes the attribute rules."""

@@ -21,7 +21,7 @@ import {
 } from './tool-cache.js';
 
 export interface RolloutOptions {
-  /** `group`: a problem's identical deterministic tool calls run once (GroupToolCache); default off. */
+  /** `group`: a problem's identical pure calls with a reproducible result run once (GroupToolCache); default off. */
   toolCache?: ToolCacheMode;
   /** With the cache: share of hits run again for real and compared (default 0). */
   toolCacheAudit?: number;
