@@ -125,6 +125,7 @@ class Judge:
         self.modules = set()  # top-level modules imported
         self.aliases = {}  # local name -> module path bound by `import X [as Y]`
         self.sets = False
+        self.star = []  # the rules of restricted modules imported with *
         self.seeded = set()  # local names of numpy's generator classes, each call seeded by a constant
 
     def deny(self, why):
@@ -167,6 +168,11 @@ class Judge:
                         self.seeded.add(a.asname or a.name)
                         continue
                     self.check_path(path if a.name == '*' else path + [a.name], where)
+                    if a.name == '*' and path[0] in RESTRICTED:
+                        if path[0] == 'sys':
+                            self.deny(f'{where}: from sys import *')
+                        # Its names arrive bare (`randprime`, `empty`): checked where they are used.
+                        self.star.append(RESTRICTED[path[0]])
 
     def visit(self):
         # Every restricted module's rule applies to attribute names anywhere: a module reached
@@ -204,6 +210,8 @@ class Judge:
                     if not (isinstance(parent, ast.Attribute) and parent.value is node):
                         # The module object itself handed on: what is done with it is not known here.
                         self.deny(f'{where}: the module {node.id} used as a value')
+                if node.id not in self.own and any(rule(node.id) for rule in self.star):
+                    self.deny(f'{where}: {node.id}')
                 if node.id in self.seeded:
                     call = parents.get(node)
                     if not (isinstance(call, ast.Call) and call.func is node and constant_seed(call)):

@@ -100,6 +100,8 @@ describe('tool cache: which programs print the same when run again (purity.py, P
       'import numpy as np\nprint(np.ndarray((3,)))',
       'import numpy as np\nprint(np.load("x.npy"))',
       'import sympy\nprint(sympy.randprime(1, 100))',
+      'from sympy import *\nprint(randprime(1, 100))',
+      'from numpy import *\nprint(empty(3))',
       'from sympy.core.random import random\nprint(random())',
       'import sympy.stats as st\nprint(st.sample(st.Normal("x", 0, 1)))',
       'import sympy\nprint(sympy.sympify(\'__import__("random").random()\'))',
