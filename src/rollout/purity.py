@@ -293,6 +293,8 @@ def main():
             pure, sets, why = judge(request['code'])
         except RecursionError:
             pure, sets, why = False, False, 'nested too deeply to judge'
+        except Exception as error:  # never let one program stop the classifier: it is not shared
+            pure, sets, why = False, False, f'could not judge: {error!r}'
         sys.stdout.write(json.dumps({'id': request['id'], 'pure': pure, 'sets': sets, 'why': why}) + '\n')
         sys.stdout.flush()
 

@@ -50,6 +50,7 @@ export class PurityClassifier {
     if (this.#failure !== undefined) return Promise.resolve(notPure(this.#failure));
     const child = this.#child ?? this.#start();
     const id = this.#nextId++;
+    if (this.#waiting.size === 0) hold(child, true);
     return new Promise((resolve) => {
       this.#waiting.set(id, resolve);
       child.stdin?.write(`${JSON.stringify({ id, code })}\n`);
@@ -70,6 +71,7 @@ export class PurityClassifier {
       const answer = JSON.parse(line) as Verdict & { id: number };
       this.#waiting.get(answer.id)?.({ pure: answer.pure, sets: answer.sets, why: answer.why });
       this.#waiting.delete(answer.id);
+      if (this.#waiting.size === 0) hold(child, false);
     });
     const fail = (why: string) => {
       if (this.#child === child) this.#child = undefined;
@@ -88,3 +90,13 @@ export class PurityClassifier {
 }
 
 const notPure = (why: string): Verdict => ({ pure: false, sets: false, why });
+
+type Handle = { ref?: () => void; unref?: () => void } | null | undefined;
+
+/** An idle classifier must not keep the process alive (a caller that never closes it still exits). */
+function hold(child: ChildProcess, busy: boolean): void {
+  for (const h of [child, child.stdin, child.stdout, child.stderr] as Handle[]) {
+    if (busy) h?.ref?.();
+    else h?.unref?.();
+  }
+}
