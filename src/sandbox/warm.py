@@ -21,15 +21,6 @@ import sys
 import tempfile
 import time
 
-# The sandbox's string-hash seed (sandbox-serve --hash-seed, default 0), so a set of strings prints
-# in the same order here as there. PYTHONHASHSEED is read at start, and -I ignores it: started
-# without it, the runner starts again once with it (and without any other PYTHON* variable, which
-# -I would have ignored too).
-if sys.flags.hash_randomization:
-    env = {k: v for k, v in os.environ.items() if not k.startswith('PYTHON')}
-    env['PYTHONHASHSEED'] = '0'
-    os.execve(sys.executable, [sys.executable, '-s', '-P', os.path.abspath(__file__)], env)
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cell  # noqa: E402
 
