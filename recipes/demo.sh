@@ -34,7 +34,7 @@
 #     after each stage
 #   RSTAR_DEMO_TOOL_TIMEOUT [5] seconds a tool call may run (sandbox-serve --tool-timeout), RL and evaluations
 #   RSTAR_DEMO_TOOL_CACHE [group] in the RL stages, a problem's samples share the result of an identical
-#     deterministic tool call (rollout --tool-cache; off: every call runs): ~73% of the calls are such
+#     pure tool call (rollout --tool-cache; off: every call runs): ~73% of the calls are such
 #     repeats, and the RL stages run ~30% faster on a slow-forking VM with the same share of turns under
 #     the newer policy and a three-seed gain as large (docs/experiments/2026-12-04-turn-versions-tool-cache.md)
 #   RSTAR_DEMO_EVAL_TOOL_CACHE [group] the same for the held-out evaluations (eval --tool-cache): they train
@@ -42,6 +42,8 @@
 #     equal to `off`'s, ~20% faster
 #   RSTAR_DEMO_KEEP_CHECKPOINTS [2] RL checkpoints kept besides every RSTAR_DEMO_CURVE_EVERY-th step (the
 #     ones the curve evaluates) and the one a stage started from (0: all; each is ~17 MB with AdamW state)
+#   RSTAR_DEMO_TOOL_CACHE_AUDIT [0.05] share of cache hits run again for real and compared, in the RL
+#     stages and the evaluations (--tool-cache-audit); the summary counts them, a mismatch is a WARNING
 #   RSTAR_DEMO_SEED [0] the RL seed   RSTAR_DEMO_SFT [reuse a finished SFT run folder instead of training one]
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run; RSTAR_SFT_EVAL
 #   [0 here: the SFT checkpoint is evaluated once, as eval-sft]),
@@ -142,7 +144,8 @@ start_engines "$ENGINE_PROCS" "$OUT/engine" --model "$SFT/ckpt" --weight-version
 start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --tool-timeout "${RSTAR_DEMO_TOOL_TIMEOUT:-5}"
 SANDBOX=$SERVER_URL
 ROLLOUT=("${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
-  --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}")
+  --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}"
+  --tool-cache-audit "${RSTAR_DEMO_TOOL_CACHE_AUDIT:-0.05}")
 
 # evaluate NAME CHECKPOINT VERSION N STEP: held-out avg@N of a checkpoint (kept if already done),
 # added to the curve at STEP.
@@ -168,6 +171,7 @@ evaluate sft "$SFT/ckpt" 0 "$EVAL_N" 0
 export RSTAR_RL_MODEL=$SFT/ckpt RSTAR_RL_ENGINE="${ENGINES[*]}" RSTAR_RL_SANDBOX=$SANDBOX RSTAR_RL_TOKENIZER=$SFT/ckpt
 export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RSTAR_RL_KEEP=${RSTAR_DEMO_KEEP:-4}
 export RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2} RSTAR_RL_TOOL_CACHE=${RSTAR_DEMO_TOOL_CACHE:-group}
+export RSTAR_RL_TOOL_CACHE_AUDIT=${RSTAR_DEMO_TOOL_CACHE_AUDIT:-0.05}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
 # the curve's steps stay until they are evaluated (after their stage), and after: a rerun finds them
 export RSTAR_RL_KEEP_CHECKPOINTS=$KEEP_CHECKPOINTS RSTAR_RL_KEEP_EVERY=$CURVE_EVERY
@@ -205,4 +209,9 @@ done
 evaluate rl "$OUT/rl/step-$last" "$last" "$EVAL_N" "$last"
 "${RSTAR[@]}" eval --compare "$OUT/eval-sft/report.json" "$OUT/eval-rl/report.json" | tee "$OUT/compare.md"
 "${RSTAR[@]}" eval --curve "$OUT/rl/curve.jsonl" >/dev/null
+# The tool cache's audit over every RL step and evaluation: a mismatch means a shared result varied.
+read -r hits audited mismatches < <(cat "$OUT"/rl/rollout-steps.jsonl "$OUT"/eval-*/report.json 2>/dev/null | tr -d ' \n' |
+  grep -o '"tool_cache":{[^}]*}' | awk -F'[:,}]' '{ h += $3; a += $5; m += $7 } END { printf "%d %d %d\n", h, a, m }')
+log "tool cache: ${hits:-0} hits, ${audited:-0} audited, ${mismatches:-0} mismatches"
+((${mismatches:-0} == 0)) || log "WARNING: ${mismatches} audited tool-cache hits differed when run again: shared results correlated some groups' samples (grep 'WARNING tool cache' in the logs)"
 log "done in $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", b - a }') s: $OUT/compare.md, $OUT/rl/curve.svg, $OUT/rl/steps.jsonl"

@@ -28,10 +28,12 @@
 #                       problems, r the last step's share of mixed groups (rollout --oversample)
 #   RSTAR_RL_REFILL [rounds]  streaming: refill problems start as soon as the finished groups show a
 #                       shortfall, beside the trajectories still running (rollout --refill)
-#   RSTAR_RL_TOOL_CACHE [off]  group: a problem's samples share the result of an identical deterministic
+#   RSTAR_RL_TOOL_CACHE [off]  group: a problem's samples share the result of an identical pure
 #                       tool call (rollout --tool-cache; 73% of the main job's calls, which sets it: the RL
 #                       stages ~30% faster on a slow-forking VM, the same gain over three seeds:
 #                       docs/experiments/2026-12-04-turn-versions-tool-cache.md)
+#   RSTAR_RL_TOOL_CACHE_AUDIT [0]  share of cache hits run again for real and compared (rollout
+#                       --tool-cache-audit; counted in rollout-steps.jsonl, a mismatch is a WARNING)
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
 #   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
 #   RSTAR_RL_ENGINE_THREADS [0]  of each engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
@@ -90,6 +92,7 @@ REFILL=${RSTAR_RL_REFILL:-rounds}
 [[ $REFILL == rounds || $REFILL == streaming ]] || die "RSTAR_RL_REFILL: expected rounds or streaming, got '$REFILL'"
 SEED=${RSTAR_RL_SEED:-0}
 TOOL_CACHE=${RSTAR_RL_TOOL_CACHE:-off}
+TOOL_CACHE_AUDIT=${RSTAR_RL_TOOL_CACHE_AUDIT:-0}
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 KEEP_CHECKPOINTS=${RSTAR_RL_KEEP_CHECKPOINTS:-0}
 KEEP_EVERY=${RSTAR_RL_KEEP_EVERY:-0}
@@ -178,6 +181,7 @@ rm -f "$fifo" && mkfifo "$fifo"
   --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" "${OVERSAMPLE[@]}" --refill "$REFILL" \
   "${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$TOKENIZER" --chat-template "$TEMPLATE" \
   --max-tokens "$MAX_TOKENS" --max-turns "$MAX_TURNS" --temperature "$TEMPERATURE" --tool-cache "$TOOL_CACHE" \
+  --tool-cache-audit "$TOOL_CACHE_AUDIT" \
   --save "$OUT/trajectories/step-{step}.jsonl" --step-stats "$OUT/rollout-steps.jsonl" >"$fifo" &
 rollout_pid=$!
 trained() {

@@ -183,6 +183,8 @@ async function evaluateAll(
     } finally {
       await save?.end();
     }
+    const toolCache = roller?.toolCache(name);
+    if (toolCache) result.summary.tool_cache = toolCache;
     for (const record of result.records) await stdout.write(record);
     await stdout.write(result.summary);
     results.push(result);

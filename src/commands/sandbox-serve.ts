@@ -1,11 +1,21 @@
 import type { Server } from 'node:http';
+import { InvalidArgumentError } from 'commander';
 import { UsageError } from '../errors.js';
 import { writeReadyFile } from '../process/serve.js';
 import { addDeprecatedAlias, integer, number, parse, program } from '../program.js';
+import { DEFAULT_HASH_SEED, type HashSeed } from '../sandbox/executor.js';
 import { defaultOptions, LocalPool, type Runner } from '../sandbox/pool.js';
 import { createSandboxServer, listen } from '../sandbox/server.js';
 
 const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
+
+function hashSeed(value: string): HashSeed {
+  if (value === 'random') return value;
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n > 4294967295)
+    throw new InvalidArgumentError(`${value} is not an integer in [0, 4294967295] or random`);
+  return n;
+}
 
 export async function run(argv: string[]): Promise<void> {
   const cmd = program('sandbox-serve', 'isolated Python execution service (code-judge compatible API)')
@@ -21,6 +31,12 @@ export async function run(argv: string[]): Promise<void> {
       '--cpus <n>',
       'cores all calls together may use (cgroup CPU quota; default: no cap)',
       number(0.01, 4096),
+    )
+    .option(
+      '--hash-seed <n>',
+      'PYTHONHASHSEED of every executor: a number (set and dict order of strings the same in every call) or random',
+      hashSeed,
+      DEFAULT_HASH_SEED,
     )
     .option('--redis <url>', 'share one Redis queue with other sandbox-serve processes')
     .option('--sandbox-token <token>', 'require `Authorization: Bearer TOKEN` (env RSTAR_SANDBOX_TOKEN)')
@@ -38,6 +54,7 @@ export async function run(argv: string[]): Promise<void> {
     queueTimeout: number;
     maxQueue?: number;
     cpus?: number;
+    hashSeed: HashSeed;
     redis?: string;
     sandboxToken?: string;
     readyFile?: string;
@@ -55,6 +72,7 @@ export async function run(argv: string[]): Promise<void> {
     queueTimeoutS: o.queueTimeout,
     ...(o.maxQueue !== undefined ? { maxQueue: o.maxQueue } : {}),
     cpus: o.cpus,
+    hashSeed: o.hashSeed,
     log,
   });
   const pool = new LocalPool(options);
@@ -100,6 +118,9 @@ export async function run(argv: string[]): Promise<void> {
         isolation: pool.isolation.isolate ? 'namespaces' : 'degraded',
         cgroup: pool.cgroupKind,
         redis: Boolean(o.redis),
+        // What a client's tool cache needs to judge results: the time limit and whether set order is fixed.
+        timeout_s: options.timeoutS,
+        hash_seed: options.hashSeed,
       }),
     });
     const address = await listen(server, o.host, o.port);

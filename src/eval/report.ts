@@ -95,10 +95,35 @@ export function markdownReport(
       '',
     );
   }
+  parts.push(...toolCacheLines(report.benchmarks));
   if (plots.passAtK) parts.push(`![pass@k](${plots.passAtK})`, '');
   for (const [bench, file] of Object.entries(plots.lengths))
     parts.push(`![${bench} response lengths](${file})`, '');
   return parts.join('\n');
+}
+
+/** The tool cache's counts per benchmark (eval --tool-cache group), a WARNING when the audit saw a shared result vary. */
+function toolCacheLines(summaries: readonly EvalSummary[]): string[] {
+  const lines: string[] = [];
+  for (const s of summaries) {
+    const c = s.tool_cache as { hits?: number; audited?: number; mismatches?: number } | undefined;
+    if (c === undefined) continue;
+    lines.push(
+      `- ${s.benchmark}: ${c.hits ?? 0} hits, ${c.audited ?? 0} audited, ${c.mismatches ?? 0} mismatches`,
+    );
+    if ((c.mismatches ?? 0) > 0)
+      lines.push(
+        `  - WARNING: ${c.mismatches} audited hits differed when run again: shared results correlated samples`,
+      );
+  }
+  return lines.length > 0
+    ? [
+        'Tool cache (calls answered from an identical call of the same problem; audited = run again and compared):',
+        '',
+        ...lines,
+        '',
+      ]
+    : [];
 }
 
 export async function readReport(file: string): Promise<Report> {

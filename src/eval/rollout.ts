@@ -3,12 +3,15 @@ import type { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
 import type { RolloutOptions } from '../rollout/index.js';
 import { progressOnStderr, type SharedRolloutFlags, sharedSettings } from '../rollout/options.js';
+import { emptyCounts, type ToolCacheCounts } from '../rollout/tool-cache.js';
 import { startSandbox } from '../sandbox/embedded.js';
 import type { Sourced } from './run.js';
 
 /** Rolls benchmarks out in-process over one shared set of engine clients, tokenizer and sandbox. */
 export interface Roller {
   trajectories(benchmark: string, problems: Problem[]): AsyncGenerator<Sourced>;
+  /** With `--tool-cache group`: what the cache did for a benchmark rolled out (hits, audited, mismatches). */
+  toolCache(benchmark: string): ToolCacheCounts | undefined;
   close(): Promise<void>;
 }
 
@@ -27,10 +30,13 @@ export async function openRoller(flags: SharedRolloutFlags & { tokenizer: string
   const sandbox = flags.sandbox ?? (embedded?.url as string);
   const onProgress = progressOnStderr();
   const options: RolloutOptions = { ...sharedSettings(flags), engines, sandbox, protocol, onProgress };
+  const counts = new Map<string, ToolCacheCounts>();
   return {
     async *trajectories(benchmark, problems) {
       let index = 0;
-      for await (const value of mod.rollout(problems, options)) {
+      const toolCacheCounts = flags.toolCache === 'group' ? emptyCounts() : undefined;
+      if (toolCacheCounts) counts.set(benchmark, toolCacheCounts);
+      for await (const value of mod.rollout(problems, { ...options, toolCacheCounts })) {
         index += 1;
         const where = `rollout:${benchmark}#${index}`;
         // Checked against the record schema: a contract drift fails here, not in the metrics.
@@ -45,6 +51,7 @@ export async function openRoller(flags: SharedRolloutFlags & { tokenizer: string
       }
       if (onProgress) process.stderr.write('\n');
     },
+    toolCache: (benchmark) => counts.get(benchmark),
     async close() {
       await embedded?.close();
     },

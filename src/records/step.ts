@@ -59,6 +59,14 @@ export const EndBatch = z.looseObject({
       policy_version: z.int().nonnegative(),
       /** Generated turns by the weight_version they finished under (trajectories' turn_versions). */
       turns_by_version: z.record(z.string(), z.int().nonnegative()).optional(),
+      /** With `--tool-cache group`: calls answered from a shared result, those re-run by the audit, and how many differed. */
+      tool_cache: z
+        .object({
+          hits: z.int().nonnegative(),
+          audited: z.int().nonnegative(),
+          mismatches: z.int().nonnegative(),
+        })
+        .optional(),
       wait_seconds: z.number().nonnegative(),
       seconds: z.number().nonnegative(),
     })

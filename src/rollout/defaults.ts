@@ -26,4 +26,5 @@ export const ROLLOUT_DEFAULTS = {
   timeoutSeconds: 600,
   compat: 'strict',
   toolCache: 'off',
+  toolCacheAudit: 0,
 } as const;

@@ -20,7 +20,7 @@ export interface JobContext extends TurnContext {
   clock: () => number;
   /** Every sample of a problem starts from the same prompt: rendered and tokenized once. */
   promptCache: Map<string, number[]>;
-  /** `--tool-cache group`: a problem's identical deterministic tool calls run once. */
+  /** `--tool-cache group`: a problem's identical pure calls with a reproducible result run once. */
   toolCache?: GroupToolCache;
 }
 

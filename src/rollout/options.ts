@@ -40,6 +40,7 @@ export interface SharedRolloutFlags {
   compat: Compat;
   toolCache: ToolCacheMode;
   engineTimeout: number;
+  toolCacheAudit: number;
 }
 
 /** What the flags only `rstar rollout` takes parse to: the runner's knobs eval leaves at their defaults. */
@@ -109,11 +110,17 @@ export function sharedRolloutOptions(samples: number): Option[] {
     ),
     choice(
       '--tool-cache <mode>',
-      "group: a problem's samples share the result of an identical tool call (same code and stdin) instead of running it again; code that may print something else when rerun (randomness, clocks, the process) always runs",
+      "group: a problem's samples share the result of an identical tool call (same code and stdin) instead of running it again, when the program uses only pure modules and its result is reproducible (docs/rollout.md); any other call always runs",
       TOOL_CACHE_MODES,
       D.toolCache,
     ),
     engineTimeout(),
+    new Option(
+      '--tool-cache-audit <fraction>',
+      'with --tool-cache group: run this share of cache hits again for real and compare the outputs; a mismatch is a WARNING',
+    )
+      .argParser(number(0, 1))
+      .default(D.toolCacheAudit),
   ];
 }
 
@@ -156,6 +163,7 @@ export function sharedSettings(f: SharedRolloutFlags) {
     schedule: f.schedule,
     compat: f.compat,
     toolCache: f.toolCache,
+    toolCacheAudit: f.toolCacheAudit,
   };
 }
 

@@ -11,11 +11,24 @@ import { ErrorBudget, Outcomes } from './outcomes.js';
 import { ProgressMeter, type RolloutProgress } from './progress.js';
 import type { ProtocolContext } from './protocol.js';
 import type { Policy } from './scheduler.js';
-import { GroupToolCache, samplesPerProblem, type ToolCacheMode } from './tool-cache.js';
+import {
+  GroupToolCache,
+  type SandboxTraits,
+  samplesPerProblem,
+  sandboxTraits,
+  type ToolCacheCounts,
+  type ToolCacheMode,
+} from './tool-cache.js';
 
 export interface RolloutOptions {
-  /** `group`: a problem's identical deterministic tool calls run once (GroupToolCache); default off. */
+  /** `group`: a problem's identical pure calls with a reproducible result run once (GroupToolCache); default off. */
   toolCache?: ToolCacheMode;
+  /** With the cache: share of hits run again for real and compared (default 0). */
+  toolCacheAudit?: number;
+  /** With the cache: counts added to as the run goes (the caller's step or benchmark totals). */
+  toolCacheCounts?: ToolCacheCounts;
+  /** With the cache: the sandbox's time limit and hash seed (default: asked of its /health). */
+  sandboxTraits?: SandboxTraits;
   engines: EngineClient[];
   /**
    * The sandbox client (or its URL) that runs `python_code_with_standard_io`. A client made here
@@ -147,7 +160,16 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     score: { compat: options.compat, rewardTruncated: options.rewardTruncated },
     clock,
     promptCache: new Map(),
-    toolCache: options.toolCache === 'group' ? new GroupToolCache(samplesPerProblem(jobs)) : undefined,
+    toolCache:
+      options.toolCache === 'group'
+        ? new GroupToolCache({
+            samples: samplesPerProblem(jobs),
+            sandbox: options.sandboxTraits ?? (await sandboxTraits(sandbox.client.url)),
+            audit: options.toolCacheAudit ?? ROLLOUT_DEFAULTS.toolCacheAudit,
+            seed: options.seed,
+            counts: options.toolCacheCounts,
+          })
+        : undefined,
   };
 
   health.start();
@@ -169,6 +191,7 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
   } finally {
     outcomes.stop();
     health.stop();
+    run.toolCache?.close();
     if (sandbox.own) await sandbox.client.close();
   }
 }

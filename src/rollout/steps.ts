@@ -5,6 +5,7 @@ import type { Trajectory } from '../records/trajectory.js';
 import { ROLLOUT_DEFAULTS } from './defaults.js';
 import type { EngineClient } from './engines.js';
 import { type RolloutOptions, rollout } from './runner.js';
+import { emptyCounts } from './tool-cache.js';
 
 /** The end_batch line rollout --steps writes after each step (the EndBatch record, stats filled). */
 export type EndBatch = RecordEndBatch & { v: 1; step: number; stats: StepStats };
@@ -237,6 +238,8 @@ export async function* rolloutSteps(
       batch = [...batch, ...refillProblems(problems, k, 0, Math.max(0, want - batch.length), own, seed)];
     }
     const tally = { trajectories: 0, sum: 0, scored: 0 };
+    // Every round's cache adds to the step's counts.
+    const toolCache = rolloutOptions.toolCache === 'group' ? emptyCounts() : undefined;
     const turnsByVersion: Record<string, number> = {};
     const stamp = (t: Trajectory): Trajectory => {
       tally.trajectories += 1;
@@ -256,6 +259,7 @@ export async function* rolloutSteps(
         ...rolloutOptions,
         seed: seed * 1_000_003 + k * 101 + r,
         skip: undefined,
+        toolCacheCounts: toolCache,
       });
     };
     let rounds = 0;
@@ -303,6 +307,7 @@ export async function* rolloutSteps(
         rounds,
         policy_version: version,
         ...(Object.keys(turnsByVersion).length > 0 ? { turns_by_version: turnsByVersion } : {}),
+        ...(toolCache ? { tool_cache: toolCache } : {}),
         wait_seconds: Math.round(waited * 1000) / 1000,
         seconds: Math.round((Date.now() - t0) / 10) / 100,
       },

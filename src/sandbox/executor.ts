@@ -36,6 +36,20 @@ export interface ExecutorConfig extends CallLimits {
   uid: number;
   isolate: boolean;
   cgroup?: WorkerCgroup;
+  /**
+   * PYTHONHASHSEED of the executor (its forks inherit it): a fixed number makes set and dict order
+   * of strings the same in every call on every worker; `random` leaves each interpreter its own.
+   */
+  hashSeed: HashSeed;
+}
+
+/** `sandbox-serve --hash-seed`: a number in [0, 4294967295], or random. */
+export type HashSeed = number | 'random';
+export const DEFAULT_HASH_SEED = 0;
+
+/** PYTHONHASHSEED for a setting (Python reads it before anything runs, so it must be in the environment). */
+export function hashSeedEnv(seed: HashSeed): Record<string, string> {
+  return seed === 'random' ? {} : { PYTHONHASHSEED: String(seed) };
 }
 
 export interface RawRequest {
@@ -182,11 +196,13 @@ export class Executor {
       preload: c.heavy ? PRELOAD : PRELOAD_LIGHT,
       path: interp.path,
     };
-    // -S: no `site` (its .pth files import ~80 modules that would weigh on every fork).
+    // -S: no `site` (its .pth files import ~80 modules that would weigh on every fork). -s, not
+    // -I: isolated mode would ignore PYTHONHASHSEED; the environment is ours alone either way
+    // (bubblewrap clears it, and so does the spawn below), and sys.path comes in the config.
     const python = [
       interp.executable,
       '-S',
-      '-I',
+      '-s',
       '-c',
       `${readFileSync(CELL, 'utf8')}\n${readFileSync(ZYGOTE, 'utf8')}`,
       pythonLiteral(config),
@@ -195,13 +211,16 @@ export class Executor {
     const roots = [...interp.prefixes];
     for (const dir of interp.path)
       if (existsSync(dir) && !roots.some((r) => dir === r || dir.startsWith(`${r}/`))) roots.push(dir);
-    const command = c.isolate ? ['bwrap', ...bwrapArgs(roots), '--', ...python] : python;
+    const seedEnv = hashSeedEnv(c.hashSeed);
+    const setenv = Object.entries(seedEnv).flatMap(([k, v]) => ['--setenv', k, v]);
+    const command = c.isolate ? ['bwrap', ...bwrapArgs(roots), ...setenv, '--', ...python] : python;
     // A shell joins the cgroup first so everything exec'd from it (and every fork) is inside.
     const join = 'for f in $RSTAR_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"';
     const env: NodeJS.ProcessEnv = {
       PATH: process.env.PATH,
       RSTAR_CGROUP_PROCS: c.cgroup?.procsFiles.join(' ') ?? '',
       ...USER_ENV,
+      ...seedEnv,
     };
     const child = spawn('/bin/sh', ['-c', join, 'rstar-sandbox', ...command], {
       stdio: ['pipe', 'pipe', 'pipe'],

@@ -3,8 +3,10 @@ import type { Submission, SubmissionResult } from '../records/sandbox.js';
 import { type CgroupManager, cgroupManager, serverTag } from './cgroup.js';
 import {
   type CallLimits,
+  DEFAULT_HASH_SEED,
   Executor,
   type ExecutorConfig,
+  type HashSeed,
   isolationSupport,
   type RawRequest,
 } from './executor.js';
@@ -26,6 +28,8 @@ export interface SandboxOptions extends CallLimits {
   maxQueueLong: number;
   /** Cores all calls together may use (cgroup CPU quota); undefined: no cap. */
   cpus?: number;
+  /** PYTHONHASHSEED of every executor (`--hash-seed`); default a fixed 0, so set order is the same everywhere. */
+  hashSeed: HashSeed;
   /** Log lines to stderr. */
   log: (line: string) => void;
 }
@@ -46,6 +50,7 @@ export function defaultOptions(overrides: Partial<SandboxOptions> = {}): Sandbox
     longQueueTimeoutS: 3600,
     maxQueue: workers * 512,
     maxQueueLong: 200_000,
+    hashSeed: DEFAULT_HASH_SEED,
     log: () => {},
     ...overrides,
   };
@@ -187,6 +192,7 @@ export class LocalPool implements Runner {
         ...callLimits(o),
         isolate: this.isolation.isolate,
         cgroup,
+        hashSeed: o.hashSeed,
       };
       const executor = new Executor(config);
       executor.onExit = (e) => this.#onExecutorExit(e);

@@ -20,9 +20,10 @@
 # a fixed header, then the raw code and stdin bytes (requests) or the kept stdout and stderr
 # bytes (responses). Node decodes the output; this process never holds call bytes in Python
 # objects, only in the wipe-on-fork buffers below, so no child can inherit an earlier call's data.
-# The interpreter runs with -S -I: no `site`, so none of site-packages' .pth imports land in the
+# The interpreter runs with -S -s: no `site`, so none of site-packages' .pth imports land in the
 # warm interpreter (every module it holds makes each fork dearer); the import path comes in the
-# config instead. Only what a call needs is imported here: what user code runs with (the preload
+# config instead. Not -I: it would ignore PYTHONHASHSEED (sandbox-serve --hash-seed), and the
+# environment is the executor's own anyway. Only what a call needs is imported here: what user code runs with (the preload
 # list), ast (notebook mode), ctypes (the sandbox setup) and traceback (error text).
 import os
 import sys
@@ -105,6 +106,17 @@ if 'numpy.random' in sys.modules:
         _numpy.random.seed(int.from_bytes(os.urandom(4), 'little'))
 
     os.register_at_fork(after_in_child=reseed_numpy)
+
+# sympy keeps a generator of its own (sympy.core.random.rng: randprime, random matrices, ...),
+# which a fork copies as well: reseeded per call like numpy's, only where sympy is preloaded (a
+# call that imports it itself gets a fresh seed from the import).
+if 'sympy.core.random' in sys.modules:
+    _sympy_random = sys.modules['sympy.core.random']
+
+    def reseed_sympy():
+        _sympy_random.seed(int.from_bytes(os.urandom(4), 'little'))
+
+    os.register_at_fork(after_in_child=reseed_sympy)
 
 libc = ctypes.CDLL(None, use_errno=True)
 # glibc gives every new thread a malloc arena of its own, each reserving 64 MiB of address space:

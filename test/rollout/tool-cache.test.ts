@@ -1,135 +1,397 @@
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { markdownReport } from '../../src/eval/report.js';
 import type { SubmissionResult } from '../../src/records/sandbox.js';
-import { deterministic, GroupToolCache, samplesPerProblem } from '../../src/rollout/tool-cache.js';
+import { loadProtocol, SglangClient } from '../../src/rollout/index.js';
+import { PurityClassifier } from '../../src/rollout/purity.js';
+import { rolloutSteps } from '../../src/rollout/steps.js';
+import {
+  firstDifference,
+  GroupToolCache,
+  type GroupToolCacheOptions,
+  samplesPerProblem,
+  unshareable,
+} from '../../src/rollout/tool-cache.js';
+import { startSandbox } from '../../src/sandbox/embedded.js';
+import { ANSWER, CALL, collect, problems, TINY } from '../support/agent-fixtures.js';
+import { startFakeSglang } from '../support/fake-sglang.js';
+import { ndjson, rstar } from '../support/helpers.js';
 
-const result = (stdout: string): SubmissionResult => ({
+const result = (stdout: string, more: Partial<SubmissionResult> = {}): SubmissionResult => ({
   sub_id: '',
   success: true,
   run_success: true,
-  cost: 0,
+  cost: 0.01,
   reason: '',
   stdout,
   stderr: '',
+  ...more,
 });
 
 /** An execute() that counts its runs and answers after a tick (so calls overlap in flight). */
-function counter(answer = 'ok\n') {
+function counter(answer: SubmissionResult | ((run: number) => SubmissionResult) = result('ok\n')) {
   const c = {
     runs: 0,
     execute: () => {
-      c.runs++;
-      return new Promise<SubmissionResult>((r) => setTimeout(() => r(result(answer)), 5));
+      const run = ++c.runs;
+      return new Promise<SubmissionResult>((r) =>
+        setTimeout(() => r(typeof answer === 'function' ? answer(run) : answer), 5),
+      );
     },
   };
   return c;
 }
 
-/** The programs `deterministic` judges otherwise than `expected` (none, when it is right). */
-const misjudged = (expected: boolean, codes: string[]) =>
-  codes.filter((code) => deterministic(code) !== expected);
+const classifier = new PurityClassifier();
+after(() => classifier.close());
 
-describe('tool cache: which code may print something else when run again', () => {
-  it('trusts plain arithmetic, sympy and stdin programs', () => {
+/** The real classifier, a sandbox with a fixed hash seed and a 1 s limit, unless told otherwise. */
+const cache = (samples: Map<string, number>, more: Partial<GroupToolCacheOptions> = {}) =>
+  new GroupToolCache({ samples, classifier, sandbox: { timeoutS: 1, hashSeedFixed: true }, ...more });
+
+/** The programs the classifier judges otherwise than `pure` (none, when it is right). */
+async function misjudged(pure: boolean, codes: string[]) {
+  const verdicts = await Promise.all(codes.map((code) => classifier.classify(code)));
+  return codes.filter((_, i) => verdicts[i].pure !== pure);
+}
+
+describe('tool cache: which programs print the same when run again (purity.py, Python ast)', () => {
+  it('shares pure modules: arithmetic, math, itertools, sympy, numpy, sys.stdin, stdin programs', async () => {
     const codes = [
       'print(6 // 2)',
       'import math\nprint(math.comb(10, 3))',
       'import sympy as sp\nx = sp.symbols("x")\nprint(sp.solve(x**2 - 4, x))',
+      'from sympy import *\nx = Symbol("x")\nprint(factor(x**2 - 1))',
+      'from sympy import isprime\nprint(list(filter(isprime, range(20))))',
+      'import numpy as np\nprint(np.linalg.det(np.eye(3)))',
+      // A generator seeded by a constant draws the same numbers every run (the curriculum's pattern).
+      'import numpy as np\nrng = np.random.default_rng(917648)\nA = rng.integers(-5, 6, size=(5, 5))\nprint(np.trace(A))',
+      'from numpy.random import default_rng\nprint(default_rng(seed=3).integers(5))',
       'print(sum(map(int, input().split())))',
+      'import sys\ninput = sys.stdin.readline\nsys.setrecursionlimit(10000)\nprint(int(input()))',
       'from itertools import permutations\nprint(len(list(permutations(range(5)))))',
+      'from fractions import Fraction\nfrom collections import Counter\nprint(Fraction(1, 3), Counter("abca"))',
+      'id = 3\nprint(id)',
+      'print(getattr(3, "real"))',
+      'if __name__ == "__main__":\n    print(1)',
+      // Statically pure: what they print is judged on the result side (addresses, set order).
+      'print(set("hello"))',
+      'class A:\n    def __init__(self):\n        self.x = 1\nprint(A())',
+      'def f():\n    pass\nprint(f)',
+      'print(object())',
     ];
-    assert.deepEqual(misjudged(true, codes), []);
+    assert.deepEqual(await misjudged(true, codes), []);
   });
 
-  it('runs randomness, clocks, the process, the machine and ways around the check every time', () => {
+  it('runs impure modules, dynamic escapes and deliberate bypasses every time', async () => {
     const codes = [
       'import random\nprint(random.random())',
       'from random import randint\nprint(randint(1, 6))',
       'import numpy as np\nprint(np.random.rand())',
+      'from numpy import random\nprint(random.rand())',
+      'import numpy as np\nrng = np.random.default_rng()\nprint(rng.integers(5))',
+      'import numpy as np\nrng = np.random.default_rng(seed)\nprint(rng.integers(5))',
+      'from numpy.random import default_rng\nprint(default_rng().integers(5))',
+      'import numpy as np\nprint(np.empty(5))',
+      'import numpy as np\nm = np.ma\nprint(m.empty(3))',
+      'import numpy as np\nprint(np.ndarray((3,)))',
+      'import numpy as np\nprint(np.load("x.npy"))',
       'import sympy\nprint(sympy.randprime(1, 100))',
+      'from sympy import *\nprint(randprime(1, 100))',
+      'from numpy import *\nprint(empty(3))',
+      'from sympy.core.random import random\nprint(random())',
+      'import sympy.stats as st\nprint(st.sample(st.Normal("x", 0, 1)))',
+      'import sympy\nprint(sympy.sympify(\'__import__("random").random()\'))',
+      'import statistics\nprint(statistics.NormalDist().samples(3))',
+      'import scipy.stats\nprint(scipy.stats.norm.rvs())',
+      'from scipy.optimize import differential_evolution\nprint(differential_evolution(lambda x: x[0] ** 2, [(-1, 1)]).nfev)',
       'import time\nprint(time.time())',
-      'from datetime import datetime\nprint(datetime.now())',
-      'from time import perf_counter\nprint(perf_counter())',
+      'import datetime\nprint(datetime.datetime.now())',
       'import os\nprint(os.getpid())',
+      'import posix\nprint(posix.getpid())',
+      'import threading\nprint(threading.get_ident())',
       'print(id(object()))',
-      'print(hash("a"))',
+      'print(hash(object()))',
       'print(open("/proc/self/stat").read())',
-      'import secrets\nprint(secrets.token_hex())',
-      'import uuid\nprint(uuid.uuid4())',
       'exec("import ran" + "dom")',
       'print(eval("1"))',
+      'print(compile("1", "", "eval"))',
       '__import__("ti" + "me")',
-      'import threading\nprint(threading.get_ident())',
+      'import importlib\nprint(importlib.import_module("random").random())',
+      "import sys\nprint(sys.modules['ran' + 'dom'].random())",
+      "import numpy as np\nprint(vars(np)['ran' + 'dom'].rand())",
+      "import numpy as np\nprint(getattr(np, 'ran' + 'dom').rand())",
+      'import numpy\nx = numpy\nprint(x.random.rand())',
+      "import builtins\nbuiltins.__dict__['ex' + 'ec']('print(1)')",
+      'print(().__class__.__bases__[0].__subclasses__())',
+      'print(__builtins__)',
+      'print(globals())',
+      'breakpoint()',
+      'import pickle\nprint(pickle.loads(b"N."))',
+      'import marshal\nprint(marshal.loads(b"N"))',
+      'import sys\nprint(sys._getframe().f_globals)',
+      'try:\n    1 / 0\nexcept Exception as e:\n    print(e.__traceback__.tb_frame.f_globals)',
+      "from operator import attrgetter\nprint(attrgetter('ran' + 'dom'))",
+      'print(undefined syntax',
     ];
-    assert.deepEqual(misjudged(false, codes), []);
+    assert.deepEqual(await misjudged(false, codes), []);
+  });
+
+  it('marks the programs whose output depends on the string-hash seed', async () => {
+    assert.equal((await classifier.classify('print(set("hello"))')).sets, true);
+    assert.equal((await classifier.classify('print({c for c in "ab"})')).sets, true);
+    assert.equal((await classifier.classify('import sympy\nprint(1)')).sets, true);
+    assert.equal((await classifier.classify('print(sorted("hello"))')).sets, false);
+  });
+});
+
+describe('tool cache: which results are shared', () => {
+  it('never a timeout, memory, output-limit or service failure, a run over half the limit, or an address', () => {
+    const never = [
+      result('Suicide from timeout.\n', { reason: 'worker_timeout', success: false, run_success: false }),
+      result('', { reason: 'memory_limit', success: false, run_success: false }),
+      result('x'.repeat(100), { reason: 'output_limit', success: false, run_success: false }),
+      result('', { reason: 'internal_error', success: false, run_success: false }),
+      result('done\n', { cost: 0.8 }),
+      result('<object object at 0x7f3a2c1e4b70>\n'),
+      result('', { stderr: '<function f at 0x7f00aa>' }),
+    ];
+    assert.deepEqual(
+      never.filter((r) => unshareable(r, 1) === undefined),
+      [],
+    );
+    assert.equal(unshareable(result('4\n', { cost: 0.4 }), 1), undefined);
+    // A program's own error is deterministic: shared.
+    assert.equal(
+      unshareable(result('', { success: false, run_success: false, stderr: 'ZeroDivisionError' }), 1),
+      undefined,
+    );
+  });
+
+  it('runs each sample on its own after a result that must not be shared', async () => {
+    const answers = [
+      result('<__main__.A object at 0x7f3a2c1e4b70>\n'),
+      result('slow\n', { cost: 0.9 }),
+      result('', { reason: 'worker_timeout', success: false, run_success: false }),
+    ];
+    for (const answer of answers) {
+      const c = cache(new Map([['p', 3]]));
+      const c1 = counter(answer);
+      const code = 'class A:\n    pass\nprint(A())';
+      await Promise.all([0, 1, 2].map(() => c.run('p', code, '', c1.execute)));
+      assert.equal(c1.runs, 3, answer.stdout ?? '');
+      assert.equal(c.counts.hits, 0);
+    }
+  });
+
+  it('shares set order only when the sandbox fixes the hash seed', async () => {
+    for (const hashSeedFixed of [true, false]) {
+      const c = cache(new Map([['p', 2]]), { sandbox: { timeoutS: 1, hashSeedFixed } });
+      const c1 = counter(result("{'h', 'e', 'l', 'o'}\n"));
+      await Promise.all([0, 1].map(() => c.run('p', 'print(set("hello"))', '', c1.execute)));
+      assert.equal(c1.runs, hashSeedFixed ? 1 : 2);
+    }
   });
 });
 
 describe('GroupToolCache', () => {
-  it("runs a group's identical calls once, also while the first is in flight", async () => {
-    const cache = new GroupToolCache(samplesPerProblem([{ problem: { id: 'p' } }, { problem: { id: 'p' } }]));
-    const c = counter('3\n');
+  it("runs a group's identical pure calls once, also while the first is in flight", async () => {
+    const c = cache(samplesPerProblem([{ problem: { id: 'p' } }, { problem: { id: 'p' } }]));
+    const c1 = counter(result('3\n'));
     const [a, b] = await Promise.all([
-      cache.run('p', 'print(3)', '', c.execute),
-      cache.run('p', 'print(3)', '', c.execute),
+      c.run('p', 'print(3)', '', c1.execute),
+      c.run('p', 'print(3)', '', c1.execute),
     ]);
-    assert.equal(c.runs, 1);
+    assert.equal(c1.runs, 1);
     assert.equal(a.stdout, '3\n');
     assert.deepEqual(b, a);
-    assert.equal(cache.hits, 1);
+    assert.deepEqual(c.counts, { hits: 1, audited: 0, mismatches: 0 });
   });
 
   it('keys on the code and the stdin within one problem', async () => {
-    const cache = new GroupToolCache(
+    const c = cache(
       new Map([
         ['p', 4],
         ['q', 4],
       ]),
     );
-    const c = counter();
-    await cache.run('p', 'print(input())', '1', c.execute);
-    await cache.run('p', 'print(input())', '2', c.execute);
-    await cache.run('p', 'print(input()) ', '1', c.execute);
-    await cache.run('q', 'print(input())', '1', c.execute);
-    assert.equal(c.runs, 4);
-    await cache.run('q', 'print(input())', '1', c.execute);
-    assert.equal(c.runs, 4);
+    const c1 = counter();
+    await c.run('p', 'print(input())', '1', c1.execute);
+    await c.run('p', 'print(input())', '2', c1.execute);
+    await c.run('p', 'print(input()) ', '1', c1.execute);
+    await c.run('q', 'print(input())', '1', c1.execute);
+    assert.equal(c1.runs, 4);
+    await c.run('q', 'print(input())', '1', c1.execute);
+    assert.equal(c1.runs, 4);
   });
 
-  it('always runs code that may vary, and a problem it was not told of', async () => {
-    const cache = new GroupToolCache(new Map([['p', 3]]));
-    const c = counter();
-    for (let i = 0; i < 3; i++) await cache.run('p', 'import random\nprint(random.random())', '', c.execute);
-    await cache.run('other', 'print(1)', '', c.execute);
-    await cache.run('other', 'print(1)', '', c.execute);
-    assert.equal(c.runs, 5);
-    assert.equal(cache.hits, 0);
+  it('always runs impure code, and a problem it was not told of', async () => {
+    const c = cache(new Map([['p', 3]]));
+    const c1 = counter();
+    for (let i = 0; i < 3; i++) await c.run('p', 'import random\nprint(random.random())', '', c1.execute);
+    await c.run('other', 'print(1)', '', c1.execute);
+    await c.run('other', 'print(1)', '', c1.execute);
+    assert.equal(c1.runs, 5);
+    assert.equal(c.counts.hits, 0);
   });
 
-  it('runs a call again after its run failed (the service, not the program)', async () => {
-    const cache = new GroupToolCache(new Map([['p', 3]]));
+  it('a failed shared run (the service, not the program) is retried by each waiting sample on its own', async () => {
+    const c = cache(new Map([['p', 4]]));
     let runs = 0;
-    const failing = () => {
+    // The first run fails; every later one succeeds: no waiter may inherit the first one's failure.
+    const execute = () => {
       runs++;
-      return Promise.reject(new Error('sandbox unreachable'));
+      const first = runs === 1;
+      return new Promise<SubmissionResult>((resolve, reject) =>
+        setTimeout(() => (first ? reject(new Error('sandbox unreachable')) : resolve(result('1\n'))), 5),
+      );
     };
-    await assert.rejects(cache.run('p', 'print(1)', '', failing), /unreachable/);
-    const c = counter();
-    const r = await cache.run('p', 'print(1)', '', c.execute);
-    assert.equal(runs, 1);
-    assert.equal(c.runs, 1);
-    assert.equal(r.stdout, 'ok\n');
+    const outcomes = await Promise.allSettled([0, 1, 2].map(() => c.run('p', 'print(1)', '', execute)));
+    assert.deepEqual(
+      outcomes.map((o) => o.status),
+      ['rejected', 'fulfilled', 'fulfilled'],
+    );
+    assert.equal(runs, 3);
+    // The failed entry is gone: the next identical call leads a new shared run.
+    const c1 = counter(result('1\n'));
+    await c.run('p', 'print(1)', '', c1.execute);
+    assert.equal(c1.runs, 1);
   });
 
   it('forgets a group with its last sample: what it holds is bounded by the problems in flight', async () => {
-    const cache = new GroupToolCache(new Map([['p', 2]]));
-    const c = counter();
-    await cache.run('p', 'print(1)', '', c.execute);
-    cache.finished('p');
-    await cache.run('p', 'print(1)', '', c.execute);
-    assert.equal(c.runs, 1);
-    cache.finished('p');
-    await cache.run('p', 'print(1)', '', c.execute);
-    assert.equal(c.runs, 2);
+    const c = cache(new Map([['p', 2]]));
+    const c1 = counter();
+    await c.run('p', 'print(1)', '', c1.execute);
+    c.finished('p');
+    await c.run('p', 'print(1)', '', c1.execute);
+    assert.equal(c1.runs, 1);
+    c.finished('p');
+    await c.run('p', 'print(1)', '', c1.execute);
+    assert.equal(c1.runs, 2);
+  });
+});
+
+describe('tool cache audit', () => {
+  it('re-runs hits for real, counts them, and reports a program that varies with its first differing line', async () => {
+    const warnings: string[] = [];
+    const c = cache(new Map([['p', 4]]), { audit: 1, seed: 7, warn: (line) => warnings.push(line) });
+    // Statically pure, yet it prints something else on its third run.
+    const varies = counter((run) => result(run === 3 ? '1\n3\n' : '1\n2\n'));
+    const shared = await Promise.all(
+      [0, 1, 2].map(() => c.run('p', 'print(1)\nprint(2)', '', varies.execute)),
+    );
+    // The trajectories keep the shared result: the audit never changes training data.
+    assert.deepEqual(
+      shared.map((r) => r.stdout),
+      ['1\n2\n', '1\n2\n', '1\n2\n'],
+    );
+    assert.deepEqual(c.counts, { hits: 2, audited: 2, mismatches: 1 });
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0], /^WARNING tool cache: .*problem p.*stdout line 2: "2" vs "3"/);
+  });
+
+  it('audits a reproducible share of hits, from the seed', async () => {
+    const audited = async (seed: number) => {
+      const c = cache(new Map([['p', 200]]), { audit: 0.25, seed });
+      const c1 = counter();
+      for (let i = 0; i < 200; i++) await c.run('p', 'print(1)', '', c1.execute);
+      return c.counts.audited;
+    };
+    const a = await audited(1);
+    assert.ok(a > 20 && a < 80, `${a} of 199 hits audited at 0.25`);
+    assert.equal(await audited(1), a);
+  });
+
+  it('ignores the execution time when comparing', () => {
+    assert.equal(firstDifference(result('1\n', { cost: 0.01 }), result('1\n', { cost: 0.3 })), undefined);
+    assert.match(
+      firstDifference(
+        result('1\n'),
+        result('', { reason: 'worker_timeout', success: false, run_success: false }),
+      ) ?? '',
+      /^status: /,
+    );
+  });
+});
+
+describe('tool cache in the RL loop (scripted SGLang, the real sandbox)', () => {
+  it("counts each step's hits, audited hits and mismatches in its EndBatch stats", async () => {
+    const [engine, sandbox, protocol] = await Promise.all([
+      startFakeSglang({ tokenizer: TINY, capacity: 100_000, turns: [CALL, ANSWER] }),
+      startSandbox({ workers: 2 }),
+      loadProtocol(TINY),
+    ]);
+    try {
+      const out = await collect(
+        rolloutSteps(
+          problems(2),
+          {
+            engines: [new SglangClient(engine.url)],
+            sandbox: sandbox.url,
+            protocol,
+            n: 4,
+            toolCache: 'group',
+            toolCacheAudit: 1,
+          },
+          { batch: 2, steps: 1 },
+        ),
+      );
+      const end = out.at(-1) as { end_batch?: boolean; stats?: { tool_cache?: unknown } };
+      assert.equal(end.end_batch, true);
+      // Two groups of four identical `print(6 // 2)` calls: three hits each, every one audited, all alike.
+      assert.deepEqual(end.stats?.tool_cache, { hits: 6, audited: 6, mismatches: 0 });
+    } finally {
+      await Promise.all([engine.close(), sandbox.close()]);
+    }
+  });
+});
+
+describe('tool cache in eval reports', () => {
+  it("lists each benchmark's counts and warns of a mismatch", () => {
+    const summary = (benchmark: string, mismatches: number) => ({
+      v: 1 as const,
+      summary: true as const,
+      benchmark,
+      n: 4,
+      'avg@n': 0.5,
+      'pass@k': { '1': 0.5 },
+      mean_tokens: 100,
+      tool_error_rate: 0,
+      policy: 'p',
+      tool_cache: { hits: 10, audited: 2, mismatches },
+    });
+    const md = markdownReport({ v: 1, benchmarks: [summary('a', 0), summary('b', 1)] }, { lengths: {} });
+    assert.match(
+      md,
+      /- a: 10 hits, 2 audited, 0 mismatches\n- b: 10 hits, 2 audited, 1 mismatches\n {2}- WARNING: 1 audited/,
+    );
+  });
+});
+
+describe('rstar eval --tool-cache group --tool-cache-audit', () => {
+  it("writes each benchmark's counts into report.json and report.md", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rstar-tool-cache-'));
+    const engine = await startFakeSglang({ tokenizer: TINY, capacity: 100_000, turns: [CALL, ANSWER] });
+    try {
+      writeFileSync(join(dir, 'bench.jsonl'), ndjson(problems(2)));
+      const r = await rstar([
+        'eval',
+        ...['--problems', join(dir, 'bench.jsonl'), '--engine', engine.url, '--tokenizer', TINY, '--n', '4'],
+        ...['--tool-cache', 'group', '--tool-cache-audit', '1', '--out', join(dir, 'out')],
+      ]);
+      assert.equal(r.code, 0, r.stderr);
+      const report = JSON.parse(readFileSync(join(dir, 'out', 'report.json'), 'utf8'));
+      assert.deepEqual(report.benchmarks[0].tool_cache, { hits: 6, audited: 6, mismatches: 0 });
+      assert.match(
+        readFileSync(join(dir, 'out', 'report.md'), 'utf8'),
+        /- bench: 6 hits, 6 audited, 0 mismatches/,
+      );
+    } finally {
+      await engine.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
