@@ -75,11 +75,9 @@ export async function run(argv: string[]): Promise<void> {
     hashSeed: o.hashSeed,
     log,
   });
-  const pool = new LocalPool(options);
-  let runner: Runner = pool;
-  let server: Server | undefined;
-  // One handler for the whole life: a signal during start-up (executors spawning, Redis connecting)
-  // ends start-up at its next step, and everything made so far is removed on the way out.
+  // One handler for the whole life, installed before the pool makes its cgroups (a signal before it
+  // would kill the process outright and leave them): a signal during start-up (executors spawning,
+  // Redis connecting) ends start-up at its next step, and everything made so far is removed.
   let stopping = false;
   let onStop = () => {};
   const stopped = new Promise<void>((resolve) => {
@@ -90,6 +88,9 @@ export async function run(argv: string[]): Promise<void> {
     onStop();
   };
   process.on('SIGTERM', stop).on('SIGINT', stop);
+  const pool = new LocalPool(options);
+  let runner: Runner = pool;
+  let server: Server | undefined;
   try {
     // A Ctrl-C reaches the executors too: one that dies of it while starting is no error then.
     const started = await pool.start().then(

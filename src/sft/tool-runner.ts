@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import type { SubmissionResult } from '../records/sandbox.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { startSandbox } from '../sandbox/embedded.js';
-import { firstChars, type RawResult } from '../sandbox/executor.js';
+import { DEFAULT_HASH_SEED, firstChars, type RawResult } from '../sandbox/executor.js';
 import { resolveInterpreter } from '../sandbox/python.js';
 import { toResult } from '../sandbox/result.js';
 
@@ -62,7 +62,14 @@ export function warmRunner(
   const timeout = options.timeout ?? 10;
   const outputChars = options.outputChars ?? 1000;
   const keep = outputChars * 4 + 4; // bytes enough for outputChars characters (as the executor keeps)
-  const child = spawn(python, ['-I', WARM], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+  // The sandbox's string-hash seed, so a demonstration prints a set of strings in the order RL's
+  // calls will: -I would ignore PYTHONHASHSEED, so its parts that matter are given one by one
+  // (-s: no user site, -P: no script folder on sys.path, no other PYTHON* variable passed on).
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('PYTHON')));
+  const child = spawn(python, ['-s', '-P', WARM], {
+    env: { ...env, PYTHONHASHSEED: String(DEFAULT_HASH_SEED) },
+    stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
+  });
   const pending: { resolve: (r: RawResult) => void; reject: (e: Error) => void }[] = [];
   let log = '';
   let ended: Error | undefined;

@@ -71,6 +71,12 @@ describe('warmRunner: the sandbox results of trusted code, in one interpreter', 
     assert.equal((results[12].stdout ?? '').length, 1000);
   });
 
+  it("prints a set of strings in the sandbox's order (the same string-hash seed)", async () => {
+    const code = "print(set('hello world'), {'ab', 'cd', 'ef', 'gh'}, hash('rstar'))";
+    const [result] = await agree([{ code, input: '' }]);
+    assert.ok(result.run_success, String(result.stderr));
+  });
+
   it('gives the program its stdin, through input(), sys.stdin and fd 0', async () => {
     const input = '3 4 5\nsecond line\n';
     const results = await agree([
