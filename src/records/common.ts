@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
 /** Every record carries its schema version; readers accept a missing `v` as version 1. */
-export const version = z.literal(1).default(1);
+export const version = z.literal(1).default(1).describe('record schema version (1)');
 
 /**
  * A numeric array checked in one tight loop. Trajectories carry tens of thousands of token ids,

@@ -4,38 +4,44 @@ import { version } from './common.js';
 /** `eval`: one record per problem. */
 export const EvalProblem = z.looseObject({
   v: version,
-  problem_id: z.string(),
-  n: z.int().nonnegative(),
-  correct: z.int().nonnegative(),
-  mean_reward: z.number(),
-  mean_tokens: z.number(),
-  tool_calls: z.number(),
-  tool_errors: z.number(),
-  /** Samples that failed for infrastructure reasons (`finish: "error"`), not in `n`; absent before. */
-  infra_errors: z.int().nonnegative().optional(),
+  problem_id: z.string().describe('the problem'),
+  n: z.int().nonnegative().describe('samples scored'),
+  correct: z.int().nonnegative().describe('samples with reward 1'),
+  mean_reward: z.number().describe('mean reward over the samples'),
+  mean_tokens: z.number().describe('mean response tokens'),
+  tool_calls: z.number().describe('mean tool calls per sample'),
+  tool_errors: z.number().describe('mean failed tool calls per sample'),
+  infra_errors: z
+    .int()
+    .nonnegative()
+    .optional()
+    .describe('samples that failed for infrastructure reasons (finish "error"), not in n'),
 });
 export type EvalProblem = z.output<typeof EvalProblem>;
 
 /** `eval`: the closing summary of one benchmark. */
 export const EvalSummary = z.looseObject({
   v: version,
-  summary: z.literal(true),
-  benchmark: z.string(),
-  n: z.int().nonnegative(),
-  'avg@n': z.number(),
-  'pass@k': z.record(z.string(), z.number()),
-  mean_tokens: z.number(),
-  tool_error_rate: z.number(),
-  policy: z.string(),
-  /** Trajectories that failed for infrastructure reasons, left out of every metric; absent before. */
-  infra_errors: z.int().nonnegative().optional(),
+  summary: z.literal(true).describe("closes one benchmark's records"),
+  benchmark: z.string().describe('the benchmark (its problems file name)'),
+  n: z.int().nonnegative().describe('samples per problem'),
+  'avg@n': z.number().describe("mean accuracy over all samples (the paper's avg pass@1)"),
+  'pass@k': z.record(z.string(), z.number()).describe('unbiased pass@k estimates, by k'),
+  mean_tokens: z.number().describe('mean response tokens'),
+  tool_error_rate: z.number().describe('failed tool calls / tool calls'),
+  policy: z.string().describe('the policy evaluated (checkpoint or engine weight_version)'),
+  infra_errors: z
+    .int()
+    .nonnegative()
+    .optional()
+    .describe('trajectories that failed for infrastructure reasons, left out of every metric'),
 });
 export type EvalSummary = z.output<typeof EvalSummary>;
 
 /** `report.json` of `eval`: the summaries of one eval run. */
 export const Report = z.looseObject({
   v: version,
-  created: z.string().optional(),
-  benchmarks: z.array(EvalSummary),
+  created: z.string().optional().describe('when the report was written (ISO 8601)'),
+  benchmarks: z.array(EvalSummary).describe("each benchmark's summary"),
 });
 export type Report = z.output<typeof Report>;

@@ -21,21 +21,34 @@ export const Step = z.looseObject({
   sequences: z.int().nonnegative().describe('records trained on'),
   tokens: z.int().nonnegative().describe('prompt + response tokens trained on'),
   seconds: z.number().nonnegative().describe('wall-clock seconds of the step'),
-  /** Optimiser updates this step made (--mini-batches x --passes-per-batch; 0 for an empty numbered step). */
-  updates: z.int().nonnegative().optional(),
-  mini_batches: z.int().nonnegative().optional(),
-  epochs: z.int().nonnegative().optional(),
-  /** Mean |rollout - trainer| log-prob over the sampled tokens. */
-  logprob_mismatch: z.number().optional(),
-  /** k3 estimate of KL(pi_rollout || pi_trainer) on the sampled tokens. */
-  rollout_kl: z.number().optional(),
-  rollout_correction: z.enum(['token-tis', 'seq-mask', 'none']).optional(),
-  /** token-tis: share of tokens whose IS weight hit the cap. */
-  tis_capped_frac: z.number().optional(),
-  /** seq-mask: share of sequences masked out. */
-  seq_masked_frac: z.number().optional(),
-  /** Why a numbered step trained nothing. */
-  skipped: z.string().optional(),
+  updates: z
+    .int()
+    .nonnegative()
+    .optional()
+    .describe(
+      'optimiser updates this step made (--mini-batches x --passes-per-batch; 0 for an empty numbered step)',
+    ),
+  mini_batches: z
+    .int()
+    .nonnegative()
+    .optional()
+    .describe('mini-batches the batch was split into (--mini-batches)'),
+  epochs: z.int().nonnegative().optional().describe('passes over the batch (--passes-per-batch)'),
+  logprob_mismatch: z
+    .number()
+    .optional()
+    .describe('mean |rollout - trainer| log-prob over the sampled tokens (records with logprobs)'),
+  rollout_kl: z
+    .number()
+    .optional()
+    .describe('k3 estimate of KL(pi_rollout || pi_trainer) on the sampled tokens'),
+  rollout_correction: z
+    .enum(['token-tis', 'seq-mask', 'none'])
+    .optional()
+    .describe('how the rollout/trainer mismatch was corrected (--rollout-correction)'),
+  tis_capped_frac: z.number().optional().describe('token-tis: share of tokens whose IS weight hit the cap'),
+  seq_masked_frac: z.number().optional().describe('seq-mask: share of sequences masked out'),
+  skipped: z.string().optional().describe('why a numbered step trained nothing'),
 });
 export type Step = z.output<typeof Step>;
 
@@ -46,9 +59,9 @@ export type Step = z.output<typeof Step>;
  */
 export const EndBatch = z.looseObject({
   v: version.optional(),
-  end_batch: z.literal(true),
-  step: z.int().nonnegative().optional(),
-  lr: z.number().positive().optional(),
+  end_batch: z.literal(true).describe("closes one step's batch"),
+  step: z.int().nonnegative().optional().describe('the step this batch trains (names its checkpoint)'),
+  lr: z.number().positive().optional().describe("this step's learning rate, when a driver owns the schedule"),
   stats: z
     .looseObject({
       problems: z.int().nonnegative(),
@@ -70,6 +83,9 @@ export const EndBatch = z.looseObject({
       wait_seconds: z.number().nonnegative(),
       seconds: z.number().nonnegative(),
     })
-    .optional(),
+    .optional()
+    .describe(
+      "rollout's statistics of the step: problems, trajectories, mean_reward, mixed_groups, refill rounds, policy_version, turns_by_version, tool_cache counts, seconds waiting for the policy and in all",
+    ),
 });
 export type EndBatch = z.output<typeof EndBatch>;

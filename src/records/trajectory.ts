@@ -125,11 +125,17 @@ export type Trajectory = z.output<typeof Trajectory>;
  */
 export const TrainRecord = z
   .looseObject({
-    prompt_ids: tokenIds,
-    response_ids: tokenIds.refine((ids) => ids.length > 0, 'must not be empty'),
-    loss_mask: lossMask,
-    logprobs: numbers.optional(),
-    advantage: z.number().optional(),
+    prompt_ids: tokenIds.describe('prompt token ids (context only, never trained on)'),
+    response_ids: tokenIds
+      .refine((ids) => ids.length > 0, 'must not be empty')
+      .describe('response token ids: model tokens and tool-response tokens'),
+    loss_mask: lossMask.describe(
+      'per response token: 1 trains on it (model tokens), 0 does not (tool responses)',
+    ),
+    logprobs: numbers
+      .optional()
+      .describe("the rollout engine's log-prob of each response token (off-policy correction)"),
+    advantage: z.number().optional().describe('GRPO advantage of the whole response (absent for SFT)'),
   })
   .superRefine((t, ctx) => {
     if (t.loss_mask.length !== t.response_ids.length) {
