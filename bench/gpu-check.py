@@ -342,27 +342,38 @@ def check_engine(ctx):
 
 # ---- ddp / shard --------------------------------------------------------------------------------------
 
+def shard_unavailable(ctx):
+    """Why the sharded path cannot run with this torch (a skip record), or None."""
+    if not HAS_SHARD:
+        return {"skipped": True, "reason": NOT_YET}
+    if ctx.env["fsdp"]["api"] is None:
+        return {"skipped": True, "reason": f"FSDP does not import: {ctx.env['fsdp']['import_error']}"}
+    try:
+        parallel.fully_shard_api()
+    except parallel.SetupError as e:  # e.g. only FSDP1 (torch < 2.4)
+        return {"skipped": True, "reason": str(e)}
+    return None
+
+
+def two_batches(path, cfg, seed):
+    """A train-step input of two batches of 6 records, each closed by its end_batch line."""
+    with open(path, "w") as f:
+        for step in range(2):
+            for r in records_for(cfg["vocab_size"], 6, 5, 7, seed=seed + step):
+                f.write(json.dumps(r) + "\n")
+            f.write(json.dumps({"end_batch": True}) + "\n")
+    return path
+
+
 def check_distributed(ctx, name, settings):
-    if name == "shard":
-        if not HAS_SHARD:
-            return {"skipped": True, "reason": NOT_YET}
-        if ctx.env["fsdp"]["api"] is None:
-            return {"skipped": True, "reason": f"FSDP does not import: {ctx.env['fsdp']['import_error']}"}
-        try:
-            parallel.fully_shard_api()
-        except parallel.SetupError as e:  # e.g. only FSDP1 (torch < 2.4)
-            return {"skipped": True, "reason": str(e)}
+    if name == "shard" and shard_unavailable(ctx):
+        return shard_unavailable(ctx)
     two_gpus = ctx.device.type == "cuda" and torch.cuda.device_count() >= 2
     device = "auto" if two_gpus else "cpu"  # auto: each rank its own GPU (LOCAL_RANK)
     # the CPU fallback keeps the model small: two ranks of the GPU-sized model would take minutes
     cfg = ctx.config if two_gpus else CPU_CONFIG
     m0 = checkpoint(ctx.path(f"{name}-m0"), cfg, seed=41)
-    data = ctx.path(f"{name}-data.jsonl")  # two batches, each closed by its end_batch line
-    with open(data, "w") as f:
-        for step in range(2):
-            for r in records_for(cfg["vocab_size"], 6, 5, 7, seed=100 + step):
-                f.write(json.dumps(r) + "\n")
-            f.write(json.dumps({"end_batch": True}) + "\n")
+    data = two_batches(ctx.path(f"{name}-data.jsonl"), cfg, seed=100)
     runs = {}
     for world in (1, 2):
         out = ctx.path(f"{name}-w{world}")
@@ -452,22 +463,11 @@ def check_shard_gpu(ctx):
     all-gather, the sharded save) against the same step unsharded, same device."""
     if ctx.device.type != "cuda":
         return {"skipped": True, "reason": "needs a GPU"}
-    if not HAS_SHARD:
-        return {"skipped": True, "reason": NOT_YET}
-    if ctx.env["fsdp"]["api"] is None:
-        return {"skipped": True, "reason": f"FSDP does not import: {ctx.env['fsdp']['import_error']}"}
-    try:
-        parallel.fully_shard_api()
-    except parallel.SetupError as e:
-        return {"skipped": True, "reason": str(e)}
+    if shard_unavailable(ctx):
+        return shard_unavailable(ctx)
     cfg = CPU_CONFIG
     m0 = checkpoint(ctx.path("shard-gpu-m0"), cfg, seed=43)
-    data = ctx.path("shard-gpu-data.jsonl")
-    with open(data, "w") as f:
-        for step in range(2):
-            for r in records_for(cfg["vocab_size"], 6, 5, 7, seed=200 + step):
-                f.write(json.dumps(r) + "\n")
-            f.write(json.dumps({"end_batch": True}) + "\n")
+    data = two_batches(ctx.path("shard-gpu-data.jsonl"), cfg, seed=200)
     device = str(ctx.device)
     plain_out, shard_out = ctx.path("shard-gpu-plain"), ctx.path("shard-gpu-sharded")
     plain = _launch(ctx, "shard-gpu-plain", train_cli(m0, plain_out, device), data, 1)
