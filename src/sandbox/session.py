@@ -203,7 +203,6 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
             drop_family(family)
         respond_session(call_id, FLAG_LOST)
         return
-    hard_limit = CONFIG['output_limit_bytes']
     OUT.reserve(keep_bytes)
     ERR.reserve(keep_bytes)
     family.seq += 1
@@ -226,10 +225,8 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
     finally:
         for fd in (stdin_fd, out_w, err_w, req_fd):
             os.close(fd)
-    kept = {out_r: 0, err_r: 0}
-    areas = {out_r: OUT.view, err_r: ERR.view}
-    open_fds = [out_r, err_r]
-    total = 0
+    output = Output(out_r, err_r, keep_bytes)
+    open_fds = output.open
     exceeded = False
     ended = None  # (status, candidate) once the init says the cell ended
     exited_at = None
@@ -237,15 +234,8 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
     signalled = 0
 
     def read_output(fd):
-        nonlocal total, exceeded
-        have = kept[fd]
-        got = os.readv(fd, [areas[fd][have:keep_bytes], DRAIN.view])
-        if not got:
-            open_fds.remove(fd)
-            return
-        kept[fd] = min(keep_bytes, have + got)
-        total += got
-        if total > hard_limit and not exceeded:
+        nonlocal exceeded
+        if output.read(fd):
             exceeded = True
 
     def tell(message):
@@ -313,7 +303,7 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
             exited_at = time.perf_counter()
         timed_out = not exceeded and exited_at >= deadline
         status = ended[0] if ended else -SIGKILL
-        memory = status != 0 and memory_error_line(kept[err_r])
+        memory = status != 0 and memory_error_line(output.kept[err_r])
         keep_state = ended is not None and ended[1] > 0 and not (timed_out or exceeded or memory or lost)
         flags = 0
         if lost:
@@ -342,7 +332,7 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
         os.close(out_r)
         os.close(err_r)
     cost = exited_at - start
-    respond_session(call_id, flags, status, cost, timed_out, exceeded, kept[out_r], kept[err_r])
+    respond_session(call_id, flags, status, cost, timed_out, exceeded, output.kept[out_r], output.kept[err_r])
 
 
 def drop_family_member(family, number):
@@ -507,11 +497,6 @@ class Init:
             watched = [self.ctl, self.wake] + [s[1] for s in self.states.values()]
             ready, _, _ = select.select(watched, [], [])
             if self.wake in ready:
-                try:
-                    while os.read(self.wake, 512):
-                        pass
-                except BlockingIOError:
-                    pass
                 self.reap()
             for sock in ready:
                 if sock is self.ctl:
@@ -520,6 +505,12 @@ class Init:
                     self.from_state(sock)
 
     def reap(self):
+        """Collects dead children (the wake-up pipe said SIGCHLD); a state among them is a lost session."""
+        try:
+            while os.read(self.wake, 512):
+                pass
+        except BlockingIOError:
+            pass
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -726,11 +717,6 @@ class Init:
         while not self.forked and time.perf_counter() < end:
             ready, _, _ = select.select([sock, self.wake], [], [], end - time.perf_counter())
             if self.wake in ready:
-                try:
-                    while os.read(self.wake, 512):
-                        pass
-                except BlockingIOError:
-                    pass
                 self.reap()
             if sock in ready:
                 self.from_state(sock)

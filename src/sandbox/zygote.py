@@ -251,6 +251,32 @@ DRAIN = CallBuffer(65536)  # output past what is kept is read here and dropped
 HEAD = bytearray(REQUEST.size)
 
 
+class Output:
+    """A call's stdout and stderr as the executor reads them: the first `keep` bytes of each straight
+    into OUT/ERR, the rest drained; `total` counts every byte against the output limit."""
+
+    def __init__(self, out_r, err_r, keep):
+        self.keep = keep
+        self.out_r, self.err_r = out_r, err_r
+        self.kept = {out_r: 0, err_r: 0}
+        self.areas = {out_r: OUT.view, err_r: ERR.view}
+        self.open = [out_r, err_r]
+        self.total = 0
+
+    def read(self, fd):
+        """Reads what the pipe holds; True when this read took the output past the limit."""
+        have = self.kept[fd]
+        got = os.readv(fd, [self.areas[fd][have : self.keep], DRAIN.view])
+        if not got:
+            self.open.remove(fd)
+            return False
+        self.kept[fd] = min(self.keep, have + got)
+        limit = CONFIG['output_limit_bytes']
+        passed = self.total <= limit < self.total + got
+        self.total += got
+        return passed
+
+
 def read_into(view, n):
     """Fills view[:n] from the control pipe; False at EOF."""
     pos = 0
@@ -617,7 +643,6 @@ def take_prepared():
 def execute(call_id, code_len, input_len, keep_bytes, timeout, mode, files_len=0):
     """Runs one call whose code and stdin are in REQ; answers with the first keep_bytes of each
     output stream (read straight into OUT/ERR)."""
-    hard_limit = CONFIG['output_limit_bytes']
     code = REQ.view[:code_len]
     stdin = REQ.view[code_len : code_len + input_len]
     files = REQ.view[code_len + input_len : code_len + input_len + files_len]
@@ -636,12 +661,9 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode, files_len=0
         if not child.start(code, stdin, timeout, deadline, mode, files):
             child.discard()
             raise OSError('sandbox child died before its call')
-    pid, pidfd, out_r, err_r = child.pid, child.pidfd, child.out_r, child.err_r
-    kept = {out_r: 0, err_r: 0}
-    areas = {out_r: OUT.view, err_r: ERR.view}
-    drain = DRAIN.view
-    total = 0
-    open_fds = [out_r, err_r]
+    pid, pidfd = child.pid, child.pidfd
+    output = Output(child.out_r, child.err_r, keep_bytes)
+    open_fds = output.open
     output_exceeded = False
     exited_at = None
     try:
@@ -668,14 +690,7 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode, files_len=0
                     if not ISOLATE:
                         kill_call(pid)
                     continue
-                have = kept[fd]
-                got = os.readv(fd, [areas[fd][have:keep_bytes], drain])
-                if not got:
-                    open_fds.remove(fd)
-                    continue
-                kept[fd] = min(keep_bytes, have + got)
-                total += got
-                if total > hard_limit and not output_exceeded:
+                if output.read(fd) and not output_exceeded:
                     output_exceeded = True
                     kill_call(pid)
                     exited_at = time.perf_counter()
@@ -688,7 +703,7 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode, files_len=0
     # at or after it (the exit and the deadline raced): `sleep(limit)` always times out.
     timed_out = not output_exceeded and exited_at >= deadline
     cost = exited_at - start
-    respond(call_id, os.waitstatus_to_exitcode(status), cost, timed_out, output_exceeded, None, kept[out_r], kept[err_r])
+    respond(call_id, os.waitstatus_to_exitcode(status), cost, timed_out, output_exceeded, None, output.kept[output.out_r], output.kept[output.err_r])
 
 
 HUGE_PAGE = 2 << 20

@@ -17,18 +17,6 @@ describe('stateful sessions (sandbox-serve, real processes)', () => {
   const cell = (session: string, solution: string): Promise<SubmissionResult> =>
     client.run({ type: 'python', solution, session_id: session });
 
-  /** Process count once it stops changing (executors fork their next child after each answer). */
-  const steadyCount = async (): Promise<number> => {
-    let count = server.pids().length;
-    for (let stable = 0, i = 0; stable < 4 && i < 100; i += 1) {
-      await new Promise((r) => setTimeout(r, 50));
-      const next = server.pids().length;
-      stable = next === count ? stable + 1 : 0;
-      count = next;
-    }
-    return count;
-  };
-
   before(async () => {
     server = await startGuardedServer(
       ['--workers', '2', '--tool-timeout', '2', '--memory', '256', '--max-sessions', '40'],
@@ -36,7 +24,7 @@ describe('stateful sessions (sandbox-serve, real processes)', () => {
     );
     client = new SandboxClient(server.url, { rejectServiceFailures: true, retries: 2 });
     await client.run({ type: 'python', solution: 'print(0)' });
-    baseline = await steadyCount();
+    baseline = await server.steadyCount();
   });
   after(async () => {
     await client.close();
@@ -218,7 +206,7 @@ describe('stateful sessions (sandbox-serve, real processes)', () => {
     await Promise.all(ids.map((s) => cell(s, 'import sympy\nx = sympy.Symbol("x")')));
     assert.ok(server.pids().length >= baseline + 12, 'an init and a state per session');
     await Promise.all(ids.map((s) => client.closeSession(s)));
-    assert.equal(await steadyCount(), baseline);
+    assert.equal(await server.steadyCount(), baseline);
   });
 
   test('the cap closes the least recently used idle session', async () => {
