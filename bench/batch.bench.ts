@@ -179,8 +179,10 @@ async function main(): Promise<void> {
     `/run/long-batch: ${size} calls a batch, ${inflight} batches in flight; trivial ${trivialN} calls, mix ${mixSubs.length} calls; ${runs} runs`,
   );
 
-  let server: GuardedServer | undefined;
-  const ours = oursUrl ?? (server = await startGuardedServer(['--workers', String(workers)])).url;
+  const server: GuardedServer | undefined = oursUrl
+    ? undefined
+    : await startGuardedServer(['--workers', String(workers)]);
+  const ours = oursUrl ?? (server as GuardedServer).url;
   const pid = server?.pid;
   const rows = {
     oursStream: new Row('ours: trivial, `/run/stream` (calls/s)', 0),
