@@ -18,12 +18,7 @@ import { Metrics } from '../src/sandbox/metrics.js';
 import type { Runner } from '../src/sandbox/pool.js';
 import { subId } from '../src/sandbox/result.js';
 import { createSandboxServer, listen } from '../src/sandbox/server.js';
-
-function option(name: string): string | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : undefined;
-}
-const flag = (name: string, fallback: number) => Number(option(name) ?? fallback);
+import { cpuOf, flag, option, streamResults } from './args.js';
 
 /** Answers like an executor that printed the program's argument, one event-loop turn later. */
 class StubRunner implements Runner {
@@ -53,11 +48,6 @@ async function serve(): Promise<void> {
   const address = await listen(server, '127.0.0.1', 0);
   process.stdout.write(`${address.port}\n`);
   process.on('SIGTERM', () => server.close(() => process.exit(0)));
-}
-
-function cpuOf(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 const dispatcher = new Agent({ connections: 64, keepAliveTimeout: 60_000 });
@@ -139,12 +129,7 @@ async function main(): Promise<void> {
       const text = await post(`${url}/run/stream`, streamBody);
       const streamS = (performance.now() - t0) / 1000;
       const streamCpu = cpuOf(pid) - c0;
-      check(
-        text
-          .split('\n')
-          .filter(Boolean)
-          .map((l) => (JSON.parse(l) as { stdout: string | null }).stdout),
-      );
+      check(streamResults(text, calls).map((r) => r.stdout));
       if (run === 0) continue;
       log(
         `run ${run}: ${batchText}; stream ${(calls / streamS).toFixed(0)} calls/s, server ${((streamCpu * 1e6) / calls).toFixed(1)} µs CPU/call`,

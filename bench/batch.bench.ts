@@ -8,34 +8,18 @@
  * Ours is started here (`sandbox-serve --workers N` in a guard cgroup); code-judge runs where
  * `--codejudge URL` says (bench/codejudge-setup.sh sets it up with 2 workers). Each measurement
  * runs `--runs` times, the targets taking turns, and the table gives every run and the range.
- * Flags: --codejudge URL  --ours URL (use a running server instead)  --workers N  --trivial N
- *        --mix-rounds N  --latency N  --runs N  --batch N  --inflight N
+ * CPU per call (ours: everything in the guard cgroup; code-judge: its API, workers, the
+ * interpreters they reaped and its redis-server, from the pid files in --codejudge-dir) depends
+ * far less on what else runs on a shared machine than calls/s do.
+ * Flags: --codejudge URL  --codejudge-dir DIR  --ours URL (use a running server instead)
+ *        --workers N  --trivial N  --mix-rounds N  --latency N  --runs N  --batch N  --inflight N
  * The machine may be shared; figures are wall-clock and therefore pessimistic under load.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { type GuardedServer, startGuardedServer } from '../test/support/guard.js';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-
-function option(name: string): string | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : undefined;
-}
-const flag = (name: string, fallback: number) => Number(option(name) ?? fallback);
-
-interface Sub {
-  type: string;
-  solution: string;
-  input?: string;
-}
-interface Res {
-  run_success: boolean;
-  reason: string;
-  stdout: string | null;
-}
+import { cpuOf, flag, loadMix, option, type Res, type Sub, streamResults } from './args.js';
 
 const dispatcher = new Agent({ connections: 64, keepAliveTimeout: 60_000, pipelining: 1 });
 
@@ -86,12 +70,7 @@ async function stream(url: string, subs: Sub[]): Promise<{ rate: number; results
   const t0 = performance.now();
   const text = await post(`${url}/run/stream`, body);
   const rate = subs.length / ((performance.now() - t0) / 1000);
-  const results = text
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as Res);
-  if (results.length !== subs.length) throw new Error(`got ${results.length} results for ${subs.length}`);
-  return { rate, results };
+  return { rate, results: streamResults(text, subs.length) };
 }
 
 async function latency(url: string, total: number): Promise<{ p50: number; p99: number }> {
@@ -109,15 +88,30 @@ async function latency(url: string, total: number): Promise<{ p50: number; p99: 
   return { p50: q(0.5), p99: q(0.99) };
 }
 
-/** CPU seconds (user + system) of one live process. */
-function cpuOf(pid: number | undefined): number {
-  if (pid === undefined) return Number.NaN;
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return Number.NaN;
+/**
+ * CPU seconds of every process in these process groups (each one's own time plus that of the
+ * children it reaped: code-judge's workers reap the interpreter of every call), plus `pids`.
+ */
+function groupCpu(pgids: number[], pids: number[]): number {
+  let total = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const fields = readFileSync(`/proc/${entry}/stat`, 'utf8').split(') ')[1].split(' ');
+      if (!pgids.includes(Number(fields[2])) && !pids.includes(Number(entry))) continue;
+      total += fields.slice(11, 15).reduce((sum, f) => sum + Number(f), 0) / 100;
+    } catch {}
   }
+  return total;
+}
+
+/** code-judge's processes from the pid files bench/codejudge-setup.sh leaves in its directory. */
+function codejudgeCpu(dir: string | undefined): () => number {
+  if (!dir) return () => Number.NaN;
+  const read = (name: string) => Number(readFileSync(`${dir}/${name}`, 'utf8').trim());
+  const groups = [read('api.pid'), read('workers.pid')];
+  const redis = read('redis.pid');
+  return () => groupCpu(groups, [redis]);
 }
 
 const trivial = (n: number): Sub[] =>
@@ -157,6 +151,7 @@ class Row {
 
 async function main(): Promise<void> {
   const codejudge = option('codejudge');
+  const cjCpu = codejudgeCpu(option('codejudge-dir'));
   const oursUrl = option('ours');
   const workers = flag('workers', 2);
   const trivialN = flag('trivial', 3200);
@@ -165,11 +160,7 @@ async function main(): Promise<void> {
   const runs = flag('runs', 3);
   const size = flag('batch', 16);
   const inflight = flag('inflight', 8);
-  const mix = readFileSync(`${ROOT}fixtures/tool-calls-sample.jsonl`, 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as Sub)
-    .map(({ type, solution, input }) => ({ type, solution, input }));
+  const mix = loadMix();
   const mixSubs = Array.from({ length: mixRounds }, () => mix).flat();
   const log = (line: string) => process.stdout.write(`${line}\n`);
   log(
@@ -199,15 +190,28 @@ async function main(): Promise<void> {
     cjP99: new Row('code-judge: `/run` p99, concurrency 1 (ms)', 1),
     nodeStream: new Row('ours: Node CPU per trivial call, stream (ms)', 3),
     nodeBatch: new Row('ours: Node CPU per trivial call, batch (ms)', 3),
+    cpuStream: new Row('ours: all CPU per trivial call, stream (ms)', 2),
+    cpuTrivial: new Row('ours: all CPU per trivial call, batch (ms)', 2),
+    cjCpuTrivial: new Row('code-judge: all CPU per trivial call, batch (ms)', 1),
+    cpuMix: new Row('ours: all CPU per mix call, batch (ms)', 1),
+    cjCpuMix: new Row('code-judge: all CPU per mix call, batch (ms)', 1),
+    cpuMixX: new Row('mix, CPU per call: code-judge / ours (x)', 1),
   };
-  /** Runs `work` and, for ours, adds Node's CPU ms per call to `row`. */
-  const withCpu = async <T>(row: Row, calls: number, work: () => Promise<T>): Promise<T> => {
-    const c0 = cpuOf(pid);
+  const oursCpu = () => server?.cpuSeconds() ?? Number.NaN;
+  /** Runs `work`, adding CPU ms per call to `row` as `cpu` counts it (NaN: not added). */
+  const withCpu = async <T>(
+    cpu: () => number,
+    row: Row,
+    calls: number,
+    work: () => Promise<T>,
+  ): Promise<T> => {
+    const c0 = cpu();
     const value = await work();
-    const used = cpuOf(pid) - c0;
+    const used = cpu() - c0;
     if (!Number.isNaN(used)) row.add((used * 1000) / calls);
     return value;
   };
+  const nodeCpu = () => cpuOf(pid);
   try {
     log(`ours: ${ours} ${JSON.stringify(JSON.parse(await (await fetch(`${ours}/health`)).text()))}`);
     if (codejudge) log(`code-judge: ${codejudge} (${await (await fetch(`${codejudge}/ping`)).text()})`);
@@ -218,26 +222,39 @@ async function main(): Promise<void> {
 
     for (let run = 1; run <= runs; run += 1) {
       const subs = trivial(trivialN);
-      const s = await withCpu(rows.nodeStream, trivialN, () => stream(ours, subs));
+      const s = await withCpu(oursCpu, rows.cpuStream, trivialN, () =>
+        withCpu(nodeCpu, rows.nodeStream, trivialN, () => stream(ours, subs)),
+      );
       checkTrivial('ours stream', s.results);
       rows.oursStream.add(s.rate);
-      const b = await withCpu(rows.nodeBatch, trivialN, () => batches(ours, subs, size, inflight));
+      const b = await withCpu(oursCpu, rows.cpuTrivial, trivialN, () =>
+        withCpu(nodeCpu, rows.nodeBatch, trivialN, () => batches(ours, subs, size, inflight)),
+      );
       checkTrivial('ours batch', b.results);
       rows.oursTrivial.add(b.rate);
       rows.ratio.add((b.rate / s.rate) * 100);
       if (codejudge) {
-        const c = await batches(codejudge, subs, size, inflight);
+        const c = await withCpu(cjCpu, rows.cjCpuTrivial, trivialN, () =>
+          batches(codejudge, subs, size, inflight),
+        );
         checkTrivial('code-judge batch', c.results);
         rows.cjTrivial.add(c.rate);
         rows.trivialX.add(b.rate / c.rate);
       }
       if (mixSubs.length > 0) {
-        const m = await batches(ours, mixSubs, size, inflight);
+        const m = await withCpu(oursCpu, rows.cpuMix, mixSubs.length, () =>
+          batches(ours, mixSubs, size, inflight),
+        );
         rows.oursMix.add(m.rate);
         const failing = m.results.filter((r) => !r.run_success).length;
         let line = `run ${run}: mix ours ${m.rate.toFixed(1)} calls/s (${failing} failing)`;
         if (codejudge) {
-          const c = await batches(codejudge, mixSubs, size, inflight);
+          const c = await withCpu(cjCpu, rows.cjCpuMix, mixSubs.length, () =>
+            batches(codejudge, mixSubs, size, inflight),
+          );
+          const mine = rows.cpuMix.values.at(-1);
+          const theirs = rows.cjCpuMix.values.at(-1);
+          if (mine !== undefined && theirs !== undefined) rows.cpuMixX.add(theirs / mine);
           rows.cjMix.add(c.rate);
           rows.mixX.add(m.rate / c.rate);
           line += `, code-judge ${c.rate.toFixed(1)} calls/s (${c.results.filter((r) => !r.run_success).length} failing)`;
