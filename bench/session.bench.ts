@@ -63,13 +63,22 @@ async function main() {
   const holding = flag('sessions', 256);
   const soakCells = flag('soak', 20_000);
   const server = await startGuardedServer(
-    ['--workers', String(workers), '--max-sessions', String(Math.max(holding, 64) + 16), '--session-memory', '12288'],
+    [
+      '--workers',
+      String(workers),
+      '--max-sessions',
+      String(Math.max(holding, 64) + 16),
+      '--session-memory',
+      '12288',
+    ],
     { maxPids: 4096, memoryBytes: 20 * 1024 ** 3 },
   );
   const client = new SandboxClient(server.url, { rejectServiceFailures: true });
   try {
     // Warm-up: every executor has forked once.
-    await Promise.all(Array.from({ length: workers * 2 }, () => client.run({ type: 'python', solution: '1' })));
+    await Promise.all(
+      Array.from({ length: workers * 2 }, () => client.run({ type: 'python', solution: '1' })),
+    );
     console.log(`sandbox-serve --workers ${workers}\n`);
     console.log(
       '| code | stateless p50 | session cell p50 | ratio | stateless p90 | session cell p90 | CPU per call: stateless | session cell | ratio |',
