@@ -89,6 +89,38 @@ function stepNumbers(ix: RunIndex): number[] {
 
 type Point = Record<string, unknown> & { step: number };
 
+/** train-step's figures the overview plots (absent ones become null). */
+const STEP_FIELDS = [
+  'loss',
+  'pg_clipfrac',
+  'approx_kl',
+  'rollout_kl',
+  'entropy',
+  'grad_norm',
+  'lr',
+  'sequences',
+  'tis_capped_frac',
+  'logprob_mismatch',
+  'skipped',
+];
+/** rollout's statistics of a step (its end_batch line). */
+const ROLLOUT_FIELDS = [
+  'problems',
+  'trajectories',
+  'mean_reward',
+  'mixed_groups',
+  'rounds',
+  'policy_version',
+  'turns_by_version',
+  'tool_cache',
+  'wait_seconds',
+];
+
+function pick(record: object, keys: readonly string[]): Record<string, unknown> {
+  const r = record as Record<string, unknown>;
+  return Object.fromEntries(keys.map((k) => [k, r[k] ?? null]));
+}
+
 /** One point per RL step: train-step's figures, rollout's statistics, and the trajectories' means. */
 export function overviewPayload(ix: RunIndex) {
   const points = new Map<number, Point>();
@@ -103,35 +135,12 @@ export function overviewPayload(ix: RunIndex) {
   for (const step of stepNumbers(ix)) at(step);
   for (const m of ix.steps.values()) {
     for (const [k, s] of m) {
-      Object.assign(at(k), {
-        loss: s.loss,
-        pg_clipfrac: s.pg_clipfrac,
-        approx_kl: s.approx_kl,
-        rollout_kl: s.rollout_kl ?? null,
-        entropy: s.entropy,
-        grad_norm: s.grad_norm,
-        lr: s.lr,
-        sequences: s.sequences,
-        train_tokens: s.tokens,
-        train_seconds: s.seconds,
-        tis_capped_frac: s.tis_capped_frac ?? null,
-        logprob_mismatch: s.logprob_mismatch ?? null,
-        skipped: s.skipped ?? null,
-      });
+      Object.assign(at(k), pick(s, STEP_FIELDS), { train_tokens: s.tokens, train_seconds: s.seconds });
     }
   }
   for (const m of ix.rollout.values()) {
     for (const [k, s] of m) {
-      Object.assign(at(k), {
-        problems: s.problems,
-        trajectories: s.trajectories,
-        mean_reward: s.mean_reward,
-        mixed_groups: s.mixed_groups,
-        rounds: s.rounds,
-        policy_version: s.policy_version,
-        turns_by_version: s.turns_by_version ?? null,
-        tool_cache: s.tool_cache ?? null,
-        wait_seconds: s.wait_seconds,
+      Object.assign(at(k), pick(s, ROLLOUT_FIELDS), {
         generate_seconds: Math.max(0, s.seconds - s.wait_seconds),
       });
     }

@@ -11,6 +11,9 @@ export const PAGE_DIR = fileURLToPath(new URL('../../../src/view/page/', import.
 /** The page's files, served at `/page/NAME` and copied by `--export`. */
 export const PAGE_FILES = ['app.js', 'charts.js', 'dom.js', 'highlight.js', 'style.css'] as const;
 
+/** The page's ES modules, each after those it imports (the export joins them in this order). */
+export const PAGE_MODULES = ['dom.js', 'highlight.js', 'charts.js', 'app.js'] as const;
+
 const require = createRequire(import.meta.url);
 
 /**

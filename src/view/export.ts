@@ -1,7 +1,7 @@
 import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { evalsPayload, overviewPayload, rowsPayload, runsPayload, trajectoryPayload } from './api.js';
-import { PAGE_DIR, PAGE_FILES, vendorFiles } from './assets.js';
+import { PAGE_DIR, PAGE_MODULES, vendorFiles } from './assets.js';
 import type { RunIndex } from './run-index.js';
 
 /** Trajectories per data file of an export: a page opens one file, ~100 trajectories, per trajectory viewed. */
@@ -24,6 +24,20 @@ async function put(dir: string, key: string, body: unknown): Promise<void> {
 }
 
 /**
+ * The page's modules as one classic script: Chrome loads no ES module from file:// (CORS), so the
+ * export joins them in dependency order, their import lines dropped and `export` keywords removed.
+ * The modules share one scope then; a clash of top-level names fails the export's browser test.
+ */
+export async function bundle(): Promise<string> {
+  const parts: string[] = [];
+  for (const name of PAGE_MODULES) {
+    const text = await readFile(join(PAGE_DIR, name), 'utf8');
+    parts.push(`// ${name}\n${text.replace(/^import [^;]+;\n/gm, '').replace(/^export /gm, '')}`);
+  }
+  return `(() => {\n${parts.join('\n')}\n})();\n`;
+}
+
+/**
  * Writes a static copy of the runs into `dir`: the page, the charting libraries and every payload
  * the server would answer (trajectories without the per-token shading, which needs the tokenizer).
  * Returns the number of trajectories written.
@@ -32,14 +46,17 @@ export async function exportRuns(runs: readonly RunIndex[], dir: string): Promis
   await mkdir(join(dir, 'page'), { recursive: true });
   await mkdir(join(dir, 'vendor'), { recursive: true });
   await mkdir(join(dir, 'data'), { recursive: true });
-  for (const name of PAGE_FILES) await copyFile(join(PAGE_DIR, name), join(dir, 'page', name));
+  await copyFile(join(PAGE_DIR, 'style.css'), join(dir, 'page', 'style.css'));
+  await writeFile(join(dir, 'page', 'bundle.js'), await bundle());
   for (const [name, path] of Object.entries(vendorFiles())) await copyFile(path, join(dir, 'vendor', name));
   const html = await readFile(join(PAGE_DIR, 'index.html'), 'utf8');
   // The static marker script is loaded before the app, so the app knows to read data/ files.
-  await writeFile(
-    join(dir, 'index.html'),
-    html.replace('<!--static-->', '<script src="data/static.js"></script>'),
-  );
+  const page = html
+    .replace('<!--static-->', '<script src="data/static.js"></script>')
+    .replace('<script type="module" src="page/app.js"></script>', '<script src="page/bundle.js"></script>');
+  if (!page.includes('page/bundle.js'))
+    throw new Error('export: index.html has no page/app.js script to replace');
+  await writeFile(join(dir, 'index.html'), page);
   await writeFile(join(dir, 'data', 'static.js'), 'window.RSTAR_STATIC = true;\n');
   await put(dir, 'runs', runsPayload(runs));
   let written = 0;
