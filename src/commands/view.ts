@@ -22,8 +22,11 @@ interface Options {
   readyFile?: string;
 }
 
-/** Indexes each RUN folder; one that is not a folder or holds no records stops the command, named. */
-async function openRuns(paths: string[], log: (line: string) => void): Promise<RunIndex[]> {
+/**
+ * Opens each RUN folder (its layout and small files); one that is not a folder or holds no records
+ * stops the command, named. Trajectories are indexed by `indexRuns`.
+ */
+async function openRuns(paths: string[]): Promise<RunIndex[]> {
   const names = paths.map((p) => basename(resolve(p)));
   const runs: RunIndex[] = [];
   for (const [i, path] of paths.entries()) {
@@ -31,25 +34,33 @@ async function openRuns(paths: string[], log: (line: string) => void): Promise<R
     // two runs of the same folder name (runs/a/rl, runs/b/rl) are told apart by their paths
     const name = names.filter((n) => n === names[i]).length > 1 ? path : names[i];
     const ix = new RunIndex(name, resolve(path));
-    const t0 = performance.now();
-    await ix.refresh();
+    await ix.refresh({ rows: false });
     if (!ix.recognised) {
       throw new DataError(
         `${path}: no run records found (steps.jsonl, rollout-steps.jsonl, trajectories/step-K.jsonl or an eval's report.json)`,
       );
     }
+    runs.push(ix);
+  }
+  return runs;
+}
+
+/** Indexes every run's trajectories, logging each run's count, time and unreadable lines. */
+async function indexRuns(runs: RunIndex[], log: (line: string) => void): Promise<void> {
+  for (const ix of runs) {
+    const t0 = performance.now();
+    await ix.refresh();
+    const ms = Math.round(performance.now() - t0);
     log(
-      `view: ${name}: ${ix.rows.length} trajectories, ${ix.evals.size} evaluations, indexed in ${Math.round(performance.now() - t0)} ms`,
+      `view: ${ix.name}: ${ix.rows.length} trajectories, ${ix.evals.size} evaluations, indexed in ${ms} ms`,
     );
     if (ix.issueCount > 0) {
       const first = ix.issues[0];
       log(
-        `view: ${name}: ${ix.issueCount} unreadable lines (shown in the page), first ${first.where}: ${first.message}`,
+        `view: ${ix.name}: ${ix.issueCount} unreadable lines (in the page), first ${first.where}: ${first.message}`,
       );
     }
-    runs.push(ix);
   }
-  return runs;
 }
 
 export async function run(argv: string[]): Promise<void> {
@@ -71,8 +82,9 @@ export async function run(argv: string[]): Promise<void> {
   const token = o.viewToken ?? process.env.RSTAR_VIEW_TOKEN;
   if (!LOOPBACK.has(o.host) && !token)
     throw new UsageError(`binding ${o.host} (not loopback) requires --view-token`);
-  const runs = await openRuns(cmd.args, log);
+  const runs = await openRuns(cmd.args);
   if (o.export !== undefined) {
+    await indexRuns(runs, log);
     const n = await exportRuns(runs, o.export);
     log(`view: wrote ${o.export}/index.html (${runs.length} runs, ${n} trajectories)`);
     return;
@@ -93,6 +105,9 @@ export async function run(argv: string[]): Promise<void> {
     const url = `http://${host}:${address.port}/${token ? `?token=${encodeURIComponent(token)}` : ''}`;
     log(`listening on ${url}`);
     if (o.readyFile) writeReadyFile(o.readyFile, url);
+    // The overview needs only the small files, read above; the trajectories are indexed now, while
+    // the page already works, and reach it as a live update.
+    indexRuns(runs, log).catch((error: Error) => log(`view: indexing failed: ${error.message}`));
     await stopped;
   } finally {
     process.off('SIGTERM', onStop).off('SIGINT', onStop);

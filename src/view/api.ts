@@ -72,6 +72,7 @@ export function runsPayload(runs: readonly RunIndex[]) {
     version: ix.version,
     generation: ix.generation,
     rows: ix.rows.length,
+    indexed: ix.indexed,
     steps: stepNumbers(ix).length,
     evals: [...ix.evals.keys()],
     issues: ix.issues,

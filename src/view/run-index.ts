@@ -63,9 +63,16 @@ export class RunIndex {
     readonly root: string,
   ) {}
 
-  /** Reads what changed since the last call; true when anything did. Calls never overlap. */
-  refresh(): Promise<boolean> {
-    const run = (this.#running ?? Promise.resolve(false)).then(() => this.#refresh());
+  /** True once every trajectory file present was indexed (a first open indexes them after listening). */
+  indexed = false;
+
+  /**
+   * Reads what changed since the last call; true when anything did. Calls never overlap. With
+   * `rows: false` only the layout and the small files (steps, curves, reports) are read: enough for
+   * the overview, so a server can listen before the trajectories are indexed.
+   */
+  refresh({ rows = true } = {}): Promise<boolean> {
+    const run = (this.#running ?? Promise.resolve(false)).then(() => this.#refresh(rows));
     this.#running = run.catch(() => false);
     return run;
   }
@@ -75,10 +82,11 @@ export class RunIndex {
     return hasRecords(this.layout);
   }
 
-  async #refresh(): Promise<boolean> {
+  async #refresh(rows: boolean): Promise<boolean> {
     const before = this.version;
     this.layout = await scanLayout(this.root);
     await this.#readSmall();
+    if (!rows) return this.version !== before;
     let reset = false;
     for (const { path, step } of this.layout.trajectories) {
       reset = (await this.#tailRows(path, step, null)) || reset;
@@ -94,7 +102,11 @@ export class RunIndex {
       for (const path of [...this.#tails.keys()]) if (this.#isRowFile(path)) this.#tails.delete(path);
       this.generation += 1;
       this.version += 1;
-      return this.#refresh().then(() => true);
+      return this.#refresh(true).then(() => true);
+    }
+    if (!this.indexed) {
+      this.indexed = true;
+      this.version += 1;
     }
     return this.version !== before;
   }

@@ -56,14 +56,16 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
 
   // Live: each poll reads only what the runs appended; a change is pushed to every open page.
   let polling: Promise<void> = Promise.resolve();
+  const sent = runs.map((r) => r.version);
   const poll = setInterval(() => {
     polling = polling.then(async () => {
       for (let i = 0; i < runs.length; i++) {
-        const changed = await runs[i].refresh().catch((error: Error) => {
+        await runs[i].refresh().catch((error: Error) => {
           options.log?.(`view: ${runs[i].name}: ${error.message}`);
-          return false;
         });
-        if (!changed) continue;
+        // by version, not refresh()'s answer: a refresh started elsewhere (the first indexing) counts too
+        if (runs[i].version === sent[i]) continue;
+        sent[i] = runs[i].version;
         const data = JSON.stringify({ run: i, version: runs[i].version, generation: runs[i].generation });
         for (const c of clients) c.write(`event: update\ndata: ${data}\n\n`);
       }

@@ -58,6 +58,7 @@ async function loadRuns() {
     window.RSTAR_STATIC ? 'static export' : 'live',
     ' · ',
     state.runs.map((r) => r.name).join(', '),
+    state.runs.some((r) => !r.indexed) ? ' · indexing trajectories…' : '',
   );
   const issues = state.runs.flatMap((r) => r.issues.map((i) => `${r.name}: ${i.where}: ${i.message}`));
   const count = state.runs.reduce((a, r) => a + r.issueCount, 0);
