@@ -95,6 +95,7 @@ try {
 
     if (shots) {
       await page.goto(`${base}#/overview`);
+      await page.reload();
       await page.waitForSelector('main[data-ready="overview"]');
       await page.screenshot({ path: join(shots, 'view-overview.png'), fullPage: false });
       await page.goto(`${base}#/steps?run=0`);

@@ -64,7 +64,8 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
           options.log?.(`view: ${runs[i].name}: ${error.message}`);
         });
         // by version, not refresh()'s answer: a refresh started elsewhere (the first indexing) counts too
-        if (runs[i].version === sent[i]) continue;
+        // while the first indexing runs, the page is told once, when it ends (not at every file)
+        if (runs[i].version === sent[i] || !runs[i].indexed) continue;
         sent[i] = runs[i].version;
         const data = JSON.stringify({ run: i, version: runs[i].version, generation: runs[i].generation });
         for (const c of clients) c.write(`event: update\ndata: ${data}\n\n`);

@@ -671,19 +671,31 @@ async function showEvals(q, run) {
 
 // ---- live ----------------------------------------------------------------------------------
 
-function follow() {
-  if (window.RSTAR_STATIC || !window.EventSource) return;
-  const events = new EventSource('api/events');
-  events.addEventListener('update', async (e) => {
-    const { run } = JSON.parse(e.data);
+/** Forgets what the page holds of the runs whose version moved, and shows the page again. */
+async function changed(runs) {
+  for (const run of runs) {
     state.overview.delete(run);
     state.evals.delete(run);
     const have = state.rows.get(run);
     if (have) have.stale = true;
-    await loadRuns();
-    const { page } = route();
-    // a trajectory or a group does not change once written: no reload under the reader's eyes
-    if (page !== 'trajectory' && page !== 'group') await show();
+  }
+  await loadRuns();
+  const { page } = route();
+  // a trajectory or a group does not change once written: no reload under the reader's eyes
+  if (page !== 'trajectory' && page !== 'group') await show();
+}
+
+function follow() {
+  if (window.RSTAR_STATIC || !window.EventSource) return;
+  const events = new EventSource('api/events');
+  events.addEventListener('update', (e) => changed([JSON.parse(e.data).run]));
+  // An update sent before the stream opened (while the first view rendered) is not lost: on (re)open
+  // the page compares the runs' versions with those it showed.
+  events.addEventListener('open', async () => {
+    const shown = new Map(state.runs.map((r) => [r.index, r.version]));
+    const now = await api('runs');
+    const moved = now.filter((r) => shown.get(r.index) !== r.version).map((r) => r.index);
+    if (moved.length > 0) await changed(moved);
   });
 }
 
