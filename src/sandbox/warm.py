@@ -258,8 +258,8 @@ def holder(cmd_r, ans_w, main, work):
             write_all(go_w, b'1')
             write_all(ans_w, json.dumps(done).encode() + b'\n')
             os._exit(0)
+        os.close(go_w)  # no handover: a snapshot waiting for one ends
         os.waitpid(pid, 0)
-        os.close(go_w)
         # Killed, timed out or crashed: the session stays as it was, its folder too.
         os.chdir('/')
         shutil.rmtree(work, ignore_errors=True)
