@@ -38,6 +38,24 @@ export async function run(argv: string[]): Promise<void> {
       hashSeed,
       DEFAULT_HASH_SEED,
     )
+    .option(
+      '--session-ttl <s>',
+      'seconds a stateful session may stay idle before it is closed',
+      number(1, 86400),
+      600,
+    )
+    .option(
+      '--max-sessions <n>',
+      'stateful sessions held at once (the least recently used idle one goes first)',
+      integer(1, 4096),
+      1024,
+    )
+    .option(
+      '--session-memory <mb>',
+      'MiB all idle sessions together may hold (beyond it the oldest idle ones are closed)',
+      integer(64),
+      4096,
+    )
     .option('--redis <url>', 'share one Redis queue with other sandbox-serve processes')
     .option('--sandbox-token <token>', 'require `Authorization: Bearer TOKEN` (env RSTAR_SANDBOX_TOKEN)')
     .option('--ready-file <file>', 'write the URL to FILE once listening (for scripts)');
@@ -55,6 +73,9 @@ export async function run(argv: string[]): Promise<void> {
     maxQueue?: number;
     cpus?: number;
     hashSeed: HashSeed;
+    sessionTtl: number;
+    maxSessions: number;
+    sessionMemory: number;
     redis?: string;
     sandboxToken?: string;
     readyFile?: string;
@@ -73,6 +94,9 @@ export async function run(argv: string[]): Promise<void> {
     ...(o.maxQueue !== undefined ? { maxQueue: o.maxQueue } : {}),
     cpus: o.cpus,
     hashSeed: o.hashSeed,
+    sessionTtlS: o.sessionTtl,
+    maxSessions: o.maxSessions,
+    sessionMemoryMb: o.sessionMemory,
     log,
   });
   // One handler for the whole life, installed before the pool makes its cgroups (a signal before it
@@ -122,6 +146,9 @@ export async function run(argv: string[]): Promise<void> {
         // What a client's tool cache needs to judge results: the time limit and whether set order is fixed.
         timeout_s: options.timeoutS,
         hash_seed: options.hashSeed,
+        sessions: pool.sessionCount,
+        max_sessions: options.maxSessions,
+        session_ttl_s: options.sessionTtlS,
       }),
     });
     const address = await listen(server, o.host, o.port);

@@ -13,6 +13,18 @@ export const Submission = z.looseObject({
     .union([z.string(), z.int()])
     .nullish()
     .describe('echoed back; keys idempotent results over Redis'),
+  session_id: z
+    .string()
+    .nullish()
+    .describe(
+      'run as the next cell of this session (POST /sessions): its variables, imports and files persist',
+    ),
+  files: z
+    .record(z.string(), z.string())
+    .nullish()
+    .describe(
+      'files written into the working directory before the code runs: name -> base64 content (SandboxFusion)',
+    ),
 });
 export type Submission = z.output<typeof Submission>;
 
@@ -27,6 +39,7 @@ export const Reason = z.enum([
   'output_limit',
   'runtime_error',
   'wrong_answer',
+  'session_not_found',
 ]);
 export type Reason = z.output<typeof Reason>;
 
@@ -39,10 +52,17 @@ export const SubmissionResult = z.looseObject({
   reason: z
     .string()
     .describe(
-      "why it did not succeed: '' (it did), worker_timeout, queue_timeout, internal_error, invalid_input, memory_limit, output_limit, runtime_error, wrong_answer",
+      "why it did not succeed: '' (it did), worker_timeout, queue_timeout, internal_error, invalid_input, memory_limit, output_limit, runtime_error, wrong_answer, session_not_found",
     ),
   stdout: z.string().nullish().describe('standard output, cut at the output limit'),
   stderr: z.string().nullish().describe('standard error (the traceback), cut at the output limit'),
+  session_id: z.string().nullish().describe('the session the cell ran in'),
+  session_rolled_back: z
+    .boolean()
+    .nullish()
+    .describe(
+      'true: the cell was killed (time, memory, output limit, crash) and the session is as it was before it',
+    ),
 });
 export type SubmissionResult = z.output<typeof SubmissionResult>;
 
@@ -51,3 +71,19 @@ export const BatchSubmission = z.looseObject({
   submissions: z.array(Submission).describe('the calls, answered in order'),
 });
 export type BatchSubmission = z.output<typeof BatchSubmission>;
+
+/** `POST /sessions`: a new session, optionally with files in its working directory. */
+export const SessionRequest = z.looseObject({
+  files: z
+    .record(z.string(), z.string())
+    .nullish()
+    .describe('files of the working directory: name -> base64 content'),
+});
+export type SessionRequest = z.output<typeof SessionRequest>;
+
+/** The answer to `POST /sessions` and `POST /sessions/ID/fork`. */
+export const SessionInfo = z.looseObject({
+  session_id: z.string().describe('send it as the session_id of a submission to run a cell there'),
+  ttl_s: z.number().describe('seconds of idleness after which the session is closed'),
+});
+export type SessionInfo = z.output<typeof SessionInfo>;

@@ -67,9 +67,10 @@ def run_script(code, scope):
     return 0
 
 
-def run_cell(code, mode, scope):
+def run_cell(code, mode, scope, exit_funcs=True):
     """Runs `code` in `scope` ('script' mode or the notebook default) and then the atexit
-    functions, as the end of a process would; returns the exit status a process would have
+    functions, as the end of a process would (not for a session's cell: its process lives on as the
+    session, as a Jupyter kernel runs them only when it shuts down); returns the exit status a process would have
     (`sys.exit(n)`: n & 0xFF; `sys.exit('text')`: the text on stderr, 1)."""
     try:
         if mode == 'script':
@@ -87,8 +88,9 @@ def run_cell(code, mode, scope):
             status = 1
     except KeyboardInterrupt:
         status = 130
-    try:
-        atexit._run_exitfuncs()
-    except BaseException:
-        pass
+    if exit_funcs:
+        try:
+            atexit._run_exitfuncs()
+        except BaseException:
+            pass
     return status

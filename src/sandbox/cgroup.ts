@@ -15,6 +15,8 @@ export interface WorkerCgroup {
   procsFiles: string[];
   /** Pids currently in the group (for killing leftovers of a dead executor). */
   pids(): number[];
+  /** Bytes the group's memory counter holds now (what its memory limit is checked against). */
+  memoryUsage(): number | undefined;
   remove(): void;
 }
 
@@ -67,6 +69,15 @@ export function serverCgroupDirs(pid: number): string[] {
     join(ROOT, ownPath('') ?? '/', serverTag(pid)),
   ];
   return candidates.filter((dir) => existsSync(dir));
+}
+
+function readNumber(path: string): number | undefined {
+  try {
+    const value = Number(readFileSync(path, 'utf8').trim());
+    return Number.isFinite(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 function tryMkdir(path: string): boolean {
@@ -206,6 +217,7 @@ export function cgroupManager(tag: string, options: CgroupOptions = {}): CgroupM
           return {
             procsFiles,
             pids: () => [...new Set(procsFiles.flatMap(readPids))],
+            memoryUsage: () => readNumber(join(mem, 'memory.usage_in_bytes')),
             remove() {
               for (const dir of dirs) safeRmdir(dir);
             },
@@ -266,6 +278,7 @@ export function cgroupManager(tag: string, options: CgroupOptions = {}): CgroupM
           return {
             procsFiles: [join(dir, 'cgroup.procs')],
             pids: () => readPids(join(dir, 'cgroup.procs')),
+            memoryUsage: () => readNumber(join(dir, 'memory.current')),
             remove: () => safeRmdir(dir),
           };
         },

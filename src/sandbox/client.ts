@@ -34,6 +34,27 @@ export class SandboxError extends Error {
   }
 }
 
+/**
+ * A session the service does not have (closed, expired, lost with its worker, never made): its
+ * calls cannot run, and retrying cannot help. Never a silent fresh interpreter.
+ */
+export class SessionLost extends SandboxError {
+  override name = 'SessionLost';
+  constructor(
+    url: string,
+    readonly sessionId: string,
+    message: string,
+  ) {
+    super('internal', url, message);
+  }
+}
+
+/** Options of a new session. */
+export interface SessionOptions {
+  /** Files of its working directory: name -> base64 content. */
+  files?: Record<string, string>;
+}
+
 /** Result reasons that report the service's failure, not the code's: retried with the same sub_id. */
 export const SERVICE_REASONS: ReadonlySet<string> = new Set(['queue_timeout', 'internal_error']);
 
@@ -118,6 +139,77 @@ export class SandboxClient {
     return Promise.all(submissions.map((s) => this.run(s)));
   }
 
+  /** A new stateful session; send its id as the `session_id` of submissions to run cells there. */
+  async createSession(options: SessionOptions = {}): Promise<string> {
+    const body = options.files ? { files: options.files } : {};
+    const answer = await this.#call('POST', '/sessions', body);
+    return (answer as { session_id: string }).session_id;
+  }
+
+  /** A new session holding a copy of `id`'s current state (variables and files). */
+  async forkSession(id: string): Promise<string> {
+    const answer = await this.#call('POST', `/sessions/${encodeURIComponent(id)}/fork`, {}, id);
+    return (answer as { session_id: string }).session_id;
+  }
+
+  /** Closes a session; one the service no longer has is closed already (no error). */
+  async closeSession(id: string): Promise<void> {
+    try {
+      await this.#call('DELETE', `/sessions/${encodeURIComponent(id)}`, undefined, id);
+    } catch (error) {
+      if (!(error instanceof SessionLost)) throw error;
+    }
+  }
+
+  /** One session request, retried while the service is unreachable or overloaded. */
+  async #call(method: string, path: string, body: unknown, session?: string): Promise<unknown> {
+    let lastError: Error | undefined;
+    for (let attempt = 0; attempt <= this.#retries; attempt += 1) {
+      if (attempt > 0) await sleep(Math.min(100 * 2 ** (attempt - 1), 5_000));
+      let response: Response;
+      let text: string;
+      try {
+        response = await fetch(`${this.url}${path}`, {
+          method,
+          headers: this.#headers,
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+          signal: AbortSignal.timeout(Math.min(this.#timeoutMs, 60_000)),
+        });
+        text = await response.text();
+      } catch (error) {
+        const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+        lastError = new Error(
+          `${(error as Error).message}${cause ? ` (${cause.code ?? cause.message})` : ''}`,
+        );
+        continue;
+      }
+      if (response.ok) return JSON.parse(text);
+      const detail = (() => {
+        try {
+          return String((JSON.parse(text) as { detail?: unknown }).detail ?? text);
+        } catch {
+          return text;
+        }
+      })();
+      if (response.status === 401 || response.status === 403)
+        throw authError(this.url, response.status, text);
+      if (response.status === 404 && session !== undefined)
+        throw new SessionLost(this.url, session, `sandbox ${this.url}: ${detail}`);
+      if (response.status < 500 || response.status === 501)
+        throw new SandboxError(
+          'internal',
+          this.url,
+          `sandbox ${this.url}: ${method} ${path}: HTTP ${response.status}: ${detail}`,
+        );
+      lastError = new Error(`HTTP ${response.status}: ${detail.slice(0, 200)}`);
+    }
+    throw new SandboxError(
+      'unavailable',
+      this.url,
+      `sandbox ${this.url}: ${method} ${path}: ${lastError?.message ?? 'failed'} (${this.#retries + 1} attempts)`,
+    );
+  }
+
   /** Waits for calls in flight, then refuses new ones. */
   async close(): Promise<void> {
     this.#flush();
@@ -149,6 +241,17 @@ export class SandboxClient {
         const again: typeof todo = [];
         results.forEach((result, i) => {
           const item = todo[i];
+          if (result.reason === 'session_not_found') {
+            const id = String(item.body.session_id);
+            item.pending.reject(
+              new SessionLost(
+                this.url,
+                id,
+                `sandbox ${this.url}: ${result.stderr || `session ${id} not found`}`,
+              ),
+            );
+            return;
+          }
           const service =
             SERVICE_REASONS.has(result.reason) && (this.#rejectService || result.reason === 'queue_timeout');
           if (service && attempt < this.#retries) again.push(item);

@@ -8,6 +8,8 @@ import { resolveInterpreter } from './python.js';
 const ZYGOTE = fileURLToPath(new URL('../../../src/sandbox/zygote.py', import.meta.url));
 // How a call's code runs (cell.py), prepended: the executor sees no files of ours inside bubblewrap.
 const CELL = fileURLToPath(new URL('../../../src/sandbox/cell.py', import.meta.url));
+// Stateful sessions (families of forked states), also part of the executor's program.
+const SESSION = fileURLToPath(new URL('../../../src/sandbox/session.py', import.meta.url));
 
 /** Modules model code imports; loaded once per executor so a call does not pay for them. */
 export const PRELOAD_LIGHT = ['math', 'itertools', 'fractions', 'collections', 'functools', 're'];
@@ -59,7 +61,12 @@ export interface RawRequest {
   mode: 'notebook' | 'script';
   /** Characters of stdout kept (more than the response cap when a judge call compares output). */
   keep?: number;
+  /** Files written into the working directory before the code runs (name -> bytes). */
+  files?: ReadonlyMap<string, Buffer>;
 }
+
+/** Operations of the control protocol (session.py OP_*). */
+const OP = { call: 0, new: 1, cell: 2, fork: 3, close: 4 } as const;
 
 export interface RawResult {
   exit: number;
@@ -69,11 +76,34 @@ export interface RawResult {
   stdout: string;
   stderr: string;
   error?: string;
+  /** A session's cell was killed: the session is as it was before it. */
+  rolled_back?: boolean;
+  /** The session is gone (closed, never made, or its family died). */
+  lost?: boolean;
 }
 
 /** Binary control protocol (zygote.py REQUEST/RESPONSE), little-endian. */
-const REQUEST_HEADER = 25; // id u32, code bytes u32, stdin bytes u32, output bytes kept u32, timeout f64, mode u8
-const RESPONSE_HEADER = 27; // id u32, exit i32, cost f64, timed out u8, output exceeded u8, error u8, stdout u32, stderr u32
+// id u32, code bytes u32, stdin bytes u32, output bytes kept u32, timeout f64, mode u8, op u8,
+// session u32, argument u32, files bytes u32
+const REQUEST_HEADER = 38;
+// id u32, exit i32, cost f64, timed out u8, output exceeded u8, error u8, session flags u8, stdout u32, stderr u32
+const RESPONSE_HEADER = 28;
+const FLAG_ROLLED_BACK = 1;
+const FLAG_LOST = 2;
+
+/** Files as the executor reads them: (u32 name bytes, u32 data bytes, name, data) each. */
+export function packFiles(files: ReadonlyMap<string, Buffer> | undefined): Buffer {
+  if (!files || files.size === 0) return Buffer.alloc(0);
+  const parts: Buffer[] = [];
+  for (const [name, data] of files) {
+    const nameBytes = Buffer.from(name, 'utf8');
+    const head = Buffer.alloc(8);
+    head.writeUInt32LE(nameBytes.length, 0);
+    head.writeUInt32LE(data.length, 4);
+    parts.push(head, nameBytes, data);
+  }
+  return Buffer.concat(parts);
+}
 
 /** UTF-8 (invalid bytes replaced, so binary output stays valid text) cut to `cap` code points. */
 export function firstChars(bytes: Buffer, cap: number): string {
@@ -204,7 +234,7 @@ export class Executor {
       '-S',
       '-s',
       '-c',
-      `${readFileSync(CELL, 'utf8')}\n${readFileSync(ZYGOTE, 'utf8')}`,
+      `${readFileSync(CELL, 'utf8')}\n${readFileSync(SESSION, 'utf8')}\n${readFileSync(ZYGOTE, 'utf8')}`,
       pythonLiteral(config),
     ];
     // Import directories outside the prefixes (added by .pth files) are bound read-only too.
@@ -232,6 +262,7 @@ export class Executor {
     child.stdout?.on('data', (chunk: Buffer) => this.#onData(chunk));
     child.stderr?.setEncoding('utf8').on('data', (text: string) => {
       this.#stderrTail = (this.#stderrTail + text).slice(-4000);
+      if (process.env.RSTAR_DEBUG_EXECUTOR) process.stderr.write(text);
     });
     child.stdin?.on('error', () => {});
     child.on('exit', (code, signal) => this.#onExit(code, signal));
@@ -241,6 +272,29 @@ export class Executor {
   }
 
   run(request: RawRequest): Promise<RawResult> {
+    return this.#send(OP.call, request, 0, 0);
+  }
+
+  /** Starts a family with session `session` (a u32 the pool chose), its calls running as `uid`. */
+  sessionNew(session: number, uid: number, files?: ReadonlyMap<string, Buffer>): Promise<RawResult> {
+    return this.#send(OP.new, { code: '', input: '', timeout: 10, mode: 'notebook', files }, session, uid);
+  }
+
+  /** Runs a cell of `session`. */
+  sessionCell(session: number, request: RawRequest): Promise<RawResult> {
+    return this.#send(OP.cell, request, session, 0);
+  }
+
+  /** Makes `into` a copy of `session`'s current state (same family). */
+  sessionFork(session: number, into: number): Promise<RawResult> {
+    return this.#send(OP.fork, { code: '', input: '', timeout: 10, mode: 'notebook' }, session, into);
+  }
+
+  sessionClose(session: number): Promise<RawResult> {
+    return this.#send(OP.close, { code: '', input: '', timeout: 5, mode: 'notebook' }, session, 0);
+  }
+
+  #send(op: number, request: RawRequest, session: number, arg: number): Promise<RawResult> {
     if (!this.alive || !this.#child?.stdin)
       return Promise.reject(new ExecutorDied('executor is not running'));
     this.busy = true;
@@ -249,6 +303,7 @@ export class Executor {
     const cap = Math.max(this.config.outputChars, request.keep ?? 0);
     const code = Buffer.from(request.code, 'utf8');
     const input = Buffer.from(request.input, 'utf8');
+    const files = packFiles(request.files);
     const header = Buffer.alloc(REQUEST_HEADER);
     header.writeUInt32LE(id, 0);
     header.writeUInt32LE(code.length, 4);
@@ -257,11 +312,16 @@ export class Executor {
     header.writeUInt32LE(cap * 4 + 4, 12);
     header.writeDoubleLE(request.timeout, 16);
     header.writeUInt8(request.mode === 'script' ? 1 : 0, 24);
-    this.#child.stdin.write(Buffer.concat([header, code, input]));
+    header.writeUInt8(op, 25);
+    header.writeUInt32LE(session, 26);
+    header.writeUInt32LE(arg, 30);
+    header.writeUInt32LE(files.length, 34);
+    this.#child.stdin.write(Buffer.concat([header, code, input, files]));
     return new Promise((resolve, reject) => {
       // The executor enforces the call's limits itself; this watchdog only catches an executor
       // that stopped answering, so no call can hang: it is killed, the call fails, it restarts.
-      const watchdog = setTimeout(() => this.kill(), (request.timeout + 15) * 1000);
+      // (A session operation may wait on its family for up to 10 s more.)
+      const watchdog = setTimeout(() => this.kill(), (request.timeout + 30) * 1000);
       watchdog.unref();
       this.#waiting = {
         cap,
@@ -302,8 +362,8 @@ export class Executor {
     this.#buffer = this.#buffer.length === 0 ? chunk : Buffer.concat([this.#buffer, chunk]);
     while (this.#buffer.length >= RESPONSE_HEADER) {
       const b = this.#buffer;
-      const outLength = b.readUInt32LE(19);
-      const errLength = b.readUInt32LE(23);
+      const outLength = b.readUInt32LE(20);
+      const errLength = b.readUInt32LE(24);
       const end = RESPONSE_HEADER + outLength + errLength;
       if (b.length < end) break;
       const id = b.readUInt32LE(0);
@@ -334,6 +394,7 @@ export class Executor {
         });
         continue;
       }
+      const flags = b[19];
       waiting.resolve({
         exit: b.readInt32LE(4),
         cost: b.readDoubleLE(8),
@@ -341,6 +402,8 @@ export class Executor {
         output_exceeded: b[17] === 1,
         stdout: firstChars(b.subarray(RESPONSE_HEADER, RESPONSE_HEADER + outLength), waiting.cap),
         stderr,
+        ...(flags & FLAG_ROLLED_BACK ? { rolled_back: true } : {}),
+        ...(flags & FLAG_LOST ? { lost: true } : {}),
       });
     }
   }

@@ -16,6 +16,8 @@ export function submissionKey(submission: Submission): string | undefined {
     submission.input ?? '',
     submission.expected_output ?? '\u0000none',
     JSON.stringify((submission as { options?: unknown }).options ?? null),
+    submission.session_id ?? '',
+    JSON.stringify(submission.files ?? null),
   ]) {
     hash.update(part);
     hash.update('\u0000');

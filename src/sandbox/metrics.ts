@@ -8,11 +8,20 @@ export class Metrics {
   latencyCount = 0;
   workerRestarts = 0;
   deduplicated = 0;
-  gauges: () => { queueDepth: number; inflight: number; workers: number; workersAlive: number } = () => ({
+  sessionsExpired = 0;
+  sessionsEvicted = 0;
+  gauges: () => {
+    queueDepth: number;
+    inflight: number;
+    workers: number;
+    workersAlive: number;
+    sessions: number;
+  } = () => ({
     queueDepth: 0,
     inflight: 0,
     workers: 0,
     workersAlive: 0,
+    sessions: 0,
   });
 
   record(reason: string, seconds: number): void {
@@ -41,6 +50,13 @@ export class Metrics {
       '# HELP rstar_sandbox_deduplicated_total Submissions answered from an earlier run with the same sub_id.',
       '# TYPE rstar_sandbox_deduplicated_total counter',
       `rstar_sandbox_deduplicated_total ${this.deduplicated}`,
+      '# HELP rstar_sandbox_sessions Stateful sessions held now.',
+      '# TYPE rstar_sandbox_sessions gauge',
+      `rstar_sandbox_sessions ${g.sessions}`,
+      '# HELP rstar_sandbox_sessions_closed_total Sessions the server closed itself: idle past the TTL, or to stay under --max-sessions / --session-memory.',
+      '# TYPE rstar_sandbox_sessions_closed_total counter',
+      `rstar_sandbox_sessions_closed_total{why="ttl"} ${this.sessionsExpired}`,
+      `rstar_sandbox_sessions_closed_total{why="evicted"} ${this.sessionsEvicted}`,
       '# HELP rstar_sandbox_calls_total Answered submissions by reason ("" = ran normally).',
       '# TYPE rstar_sandbox_calls_total counter',
     ];

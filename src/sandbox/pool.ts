@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import type { Submission, SubmissionResult } from '../records/sandbox.js';
 import { type CgroupManager, cgroupManager, serverTag } from './cgroup.js';
@@ -9,6 +10,7 @@ import {
   type HashSeed,
   isolationSupport,
   type RawRequest,
+  type RawResult,
 } from './executor.js';
 import { submissionKey } from './key.js';
 import { Metrics } from './metrics.js';
@@ -30,6 +32,12 @@ export interface SandboxOptions extends CallLimits {
   cpus?: number;
   /** PYTHONHASHSEED of every executor (`--hash-seed`); default a fixed 0, so set order is the same everywhere. */
   hashSeed: HashSeed;
+  /** Idle seconds after which a session is closed (`--session-ttl`). */
+  sessionTtlS: number;
+  /** Sessions held at once (`--max-sessions`); beyond it the least recently used idle one is closed. */
+  maxSessions: number;
+  /** Memory for idle sessions, MiB, all workers together (`--session-memory`); beyond it idle sessions are closed, oldest first. */
+  sessionMemoryMb: number;
   /** Log lines to stderr. */
   log: (line: string) => void;
 }
@@ -51,6 +59,9 @@ export function defaultOptions(overrides: Partial<SandboxOptions> = {}): Sandbox
     maxQueue: workers * 512,
     maxQueueLong: 200_000,
     hashSeed: DEFAULT_HASH_SEED,
+    sessionTtlS: 600,
+    maxSessions: 1024,
+    sessionMemoryMb: 4096,
     log: () => {},
     ...overrides,
   };
@@ -67,14 +78,75 @@ interface Job {
   enqueued: number;
   deadline: number;
   resolve: (result: SubmissionResult) => void;
+  /** A session's cell or operation: it runs on the executor that holds the session. */
+  session?: Session;
+  /** A session operation (start, fork, close) instead of code; answers through its own promise. */
+  op?: (executor: Executor) => Promise<void>;
+}
+
+/** One session as the pool knows it; `number` names it to its executor. */
+interface Session {
+  id: string;
+  number: number;
+  /** The executor holding it; undefined until its first cell or fork places it. */
+  executor?: Executor;
+  family?: Family;
+  /** Files for its working directory, kept until it is started. */
+  files?: Map<string, Buffer>;
+  /** Started on its executor (a failed start, a lost family: false again, and `lost` set). */
+  started: boolean;
+  lost?: string;
+  closed: boolean;
+  lastUsed: number;
+  /** Cells and operations queued or running. */
+  pending: number;
+  cells: number;
+}
+
+/** Sessions forked from one another share a family on their executor (session.py). */
+interface Family {
+  uid: number;
+  slot: number;
+  members: Set<Session>;
+}
+
+/** An unknown, closed, expired or lost session. */
+export class SessionNotFound extends Error {
+  override name = 'SessionNotFound';
+  constructor(
+    readonly sessionId: string,
+    why = 'not found (closed, expired, lost with its worker, or never made)',
+  ) {
+    super(`session ${sessionId} ${why}`);
+  }
+}
+
+/** Every session slot is held by a busy session. */
+export class TooManySessions extends Error {
+  override name = 'TooManySessions';
+}
+
+/** What a runner says about a session it made. */
+export interface SessionHandle {
+  session_id: string;
+  ttl_s: number;
 }
 
 /** Anything that answers submissions: the local executor pool, or the Redis-backed broker. */
 export interface Runner {
   submit(submission: Submission, long: boolean): Promise<SubmissionResult>;
+  /** A new session, its working directory holding `files` (name -> bytes). */
+  createSession(files?: Map<string, Buffer>): Promise<SessionHandle>;
+  /** A new session holding a copy of `id`'s state; rejects with SessionNotFound. */
+  forkSession(id: string): Promise<SessionHandle>;
+  /** Closes a session; false when it was not there. */
+  closeSession(id: string): Promise<boolean>;
   readonly metrics: Metrics;
   close(): Promise<void>;
 }
+
+/** Session numbers on the wire are u32; family uids come from a range of their own per server. */
+const MAX_FAMILIES = 4096;
 
 /** A FIFO with O(1) amortised shift. */
 class Fifo {
@@ -141,6 +213,12 @@ export class LocalPool implements Runner {
   #remembered = new Map<string, { promise: Promise<SubmissionResult>; at: number }>();
   #restartTimes: number[] = [];
   #drained?: () => void;
+  #pinned = new Map<Executor, Fifo>();
+  #pinnedCount = 0;
+  #sessions = new Map<string, Session>();
+  #nextSession = 1;
+  #freeSlots: number[] = [];
+  #familyUidBase = 10_000_000 + (process.pid % 100_000) * MAX_FAMILIES;
 
   constructor(options: SandboxOptions) {
     this.options = options;
@@ -151,11 +229,18 @@ export class LocalPool implements Runner {
       inflight: this.#inflight,
       workers: this.#executors.length,
       workersAlive: this.#executors.filter((e) => e.alive).length,
+      sessions: this.#sessions.size,
     });
+    for (let slot = MAX_FAMILIES - 1; slot >= 0; slot -= 1) this.#freeSlots.push(slot);
   }
 
   get queued(): number {
-    return this.#heavy.length + this.#light.length;
+    return this.#heavy.length + this.#light.length + this.#pinnedCount;
+  }
+
+  /** Sessions held now. */
+  get sessionCount(): number {
+    return this.#sessions.size;
   }
 
   get cgroupKind(): string {
@@ -180,10 +265,12 @@ export class LocalPool implements Runner {
     this.#lightCount = o.workers - heavyCount;
     for (let index = 0; index < o.workers; index += 1) {
       const heavy = index >= o.workers - heavyCount;
+      // Each worker holds its share of the sessions too (their memory, a state and an init each).
+      const sessionShare = Math.ceil(o.maxSessions / o.workers);
       const cgroup = this.#cgroups.create(
         `w${index}`,
-        (o.memoryMb + o.scratchMb + 16 + 512) * 1024 * 1024,
-        o.nproc + 16,
+        (o.memoryMb + o.scratchMb + 16 + 512 + Math.ceil(o.sessionMemoryMb / o.workers)) * 1024 * 1024,
+        o.nproc * 2 + 16 + 2 * sessionShare,
       );
       const config: ExecutorConfig = {
         index,
@@ -197,6 +284,7 @@ export class LocalPool implements Runner {
       const executor = new Executor(config);
       executor.onExit = (e) => this.#onExecutorExit(e);
       this.#executors.push(executor);
+      this.#pinned.set(executor, new Fifo());
       starts.push(executor.start());
     }
     await Promise.all(starts);
@@ -213,7 +301,10 @@ export class LocalPool implements Runner {
         return earlier;
       }
     }
-    const promise = this.#enqueue(submission, long);
+    const promise =
+      submission.session_id !== undefined && submission.session_id !== null
+        ? this.#submitCell(submission, long)
+        : this.#enqueue(submission, long);
     if (key !== undefined) {
       const now = Date.now();
       this.#remembered.set(key, { promise, at: now });
@@ -223,7 +314,11 @@ export class LocalPool implements Runner {
       }
       promise.then((result) => {
         // Calls that never ran (or whose executor died) must run when asked again.
-        if (result.reason === 'queue_timeout' || result.reason === 'internal_error')
+        if (
+          result.reason === 'queue_timeout' ||
+          result.reason === 'internal_error' ||
+          result.reason === 'session_not_found'
+        )
           this.#remembered.delete(key);
       });
     }
@@ -263,6 +358,14 @@ export class LocalPool implements Runner {
   #take(executor?: Executor): Job | undefined {
     const heavy = this.#heavy.peek();
     const light = this.#light.peek();
+    const pinned = executor ? this.#pinned.get(executor) : undefined;
+    const mine = pinned?.peek();
+    if (mine && (!heavy || mine.enqueued <= heavy.enqueued) && (!light || mine.enqueued <= light.enqueued)) {
+      this.#pinnedCount -= 1;
+      const job = pinned?.shift();
+      if (job && !job.long) this.#shortQueued -= 1;
+      return job;
+    }
     let job: Job | undefined;
     if (executor && !executor.config.heavy) job = this.#light.shift();
     else if (heavy && (!light || heavy.enqueued <= light.enqueued)) job = this.#heavy.shift();
@@ -285,7 +388,9 @@ export class LocalPool implements Runner {
         job = this.#take(executor);
       }
       if (!job) continue;
-      this.#execute(executor, job);
+      if (job.op) this.#operate(executor, job);
+      else if (job.session) this.#executeCell(executor, job);
+      else this.#execute(executor, job);
     }
   }
 
@@ -304,6 +409,7 @@ export class LocalPool implements Runner {
       timeout: o.timeoutS,
       mode,
       keep: expected ? Math.max(o.outputChars, expected.length + 256) : o.outputChars,
+      files: decodeFiles(s.files),
     };
     this.#inflight += 1;
     executor
@@ -319,18 +425,329 @@ export class LocalPool implements Runner {
       });
   }
 
+  // ---- sessions ----------------------------------------------------------------------------
+
+  createSession(files?: Map<string, Buffer>): Promise<SessionHandle> {
+    if (!this.isolation.isolate)
+      return Promise.reject(new Error(`sessions need the isolated sandbox: ${this.isolation.reason}`));
+    if (this.#closing) return Promise.reject(new TooManySessions('the sandbox is shutting down'));
+    if (this.#sessions.size >= this.options.maxSessions && !this.#evictIdle())
+      return Promise.reject(
+        new TooManySessions(`all ${this.options.maxSessions} sessions are busy (--max-sessions)`),
+      );
+    const session = this.#newSession();
+    if (files && files.size > 0) session.files = files;
+    return Promise.resolve(this.#handle(session));
+  }
+
+  async forkSession(id: string): Promise<SessionHandle> {
+    const source = this.#live(id);
+    if (this.#sessions.size >= this.options.maxSessions && !this.#evictIdle(source))
+      throw new TooManySessions(`all ${this.options.maxSessions} sessions are busy (--max-sessions)`);
+    const copy = this.#newSession();
+    source.lastUsed = performance.now();
+    if (!source.executor) {
+      // Nothing ran there yet: the copy is a new session with the same files.
+      if (source.files) copy.files = new Map(source.files);
+      return this.#handle(copy);
+    }
+    const family = source.family as Family;
+    copy.executor = source.executor;
+    copy.family = family;
+    family.members.add(copy);
+    const result = await this.#pinnedOp(
+      copy,
+      async (executor) => {
+        if (source.lost || !source.started) throw new SessionNotFound(id, source.lost ?? 'did not start');
+        const raw = await executor.sessionFork(source.number, copy.number);
+        if (raw.error) throw new Error(raw.error);
+        if (raw.lost) throw new SessionNotFound(id, 'was lost: its processes died');
+        copy.started = true;
+      },
+      source,
+    );
+    if (result.reason !== '') {
+      this.#lose(copy, `could not be forked: ${result.stderr ?? result.reason}`);
+      this.#forget(copy);
+      if (result.reason === 'session_not_found') throw new SessionNotFound(id, source.lost ?? 'was lost');
+      throw new Error(`session ${id}: fork failed: ${result.stderr ?? result.reason}`);
+    }
+    return this.#handle(copy);
+  }
+
+  async closeSession(id: string): Promise<boolean> {
+    const session = this.#sessions.get(id);
+    if (!session || session.closed) return false;
+    this.#closeSession(session);
+    return true;
+  }
+
+  #closeSession(session: Session): void {
+    session.closed = true;
+    this.#sessions.delete(session.id);
+    if (!session.executor || session.lost || (!session.started && session.pending === 0)) {
+      this.#forget(session);
+      return;
+    }
+    // After whatever it has queued: the close runs in order on its executor.
+    void this.#pinnedOp(session, async (executor) => {
+      if (session.started && !session.lost) await executor.sessionClose(session.number);
+    }).finally(() => this.#forget(session));
+  }
+
+  #handle(session: Session): SessionHandle {
+    return { session_id: session.id, ttl_s: this.options.sessionTtlS };
+  }
+
+  #newSession(): Session {
+    const number = this.#nextSession;
+    this.#nextSession = (this.#nextSession % 0xfffffffe) + 1;
+    const session: Session = {
+      id: `s-${randomUUID()}`,
+      number,
+      started: false,
+      closed: false,
+      lastUsed: performance.now(),
+      pending: 0,
+      cells: 0,
+    };
+    this.#sessions.set(session.id, session);
+    return session;
+  }
+
+  /** A session that can take work, or SessionNotFound. */
+  #live(id: string): Session {
+    const session = this.#sessions.get(id);
+    if (!session || session.closed) throw new SessionNotFound(id);
+    if (session.lost) throw new SessionNotFound(id, session.lost);
+    return session;
+  }
+
+  #submitCell(submission: Submission, long: boolean): Promise<SubmissionResult> {
+    const id = String(submission.session_id);
+    let session: Session;
+    try {
+      session = this.#live(id);
+    } catch (error) {
+      return Promise.resolve(notFound(submission, id, (error as Error).message));
+    }
+    session.lastUsed = performance.now();
+    if (!session.executor && !this.#place(session, submission.solution))
+      return Promise.resolve(failure(submission, 'queue_timeout', 0, 'no session slot free'));
+    return this.#enqueuePinned(session, submission, long);
+  }
+
+  /** Chooses the executor of a session at its first cell (heavy code: a heavy executor) and starts it there. */
+  #place(session: Session, code: string): boolean {
+    const slot = this.#freeSlots.pop();
+    if (slot === undefined) return false;
+    const heavy = needsHeavy(code);
+    const load = new Map<Executor, number>();
+    for (const s of this.#sessions.values())
+      if (s.executor) load.set(s.executor, (load.get(s.executor) ?? 0) + 1);
+    const candidates = this.#executors.filter((e) => !heavy || e.config.heavy);
+    let best = candidates[0];
+    for (const e of candidates) if ((load.get(e) ?? 0) < (load.get(best) ?? 0)) best = e;
+    session.executor = best;
+    const family: Family = { uid: this.#familyUidBase + slot, slot, members: new Set([session]) };
+    session.family = family;
+    void this.#pinnedOp(session, async (executor) => {
+      const raw = await executor.sessionNew(session.number, family.uid, session.files);
+      if (raw.error) throw new Error(raw.error);
+      session.started = true;
+      session.files = undefined;
+    }).then((result) => {
+      if (result.reason !== '') this.#lose(session, `could not start: ${result.stderr ?? result.reason}`);
+    });
+    return true;
+  }
+
+  #enqueuePinned(
+    session: Session,
+    submission: Submission,
+    long: boolean,
+    op?: Job['op'],
+  ): Promise<SubmissionResult> {
+    const now = performance.now();
+    return new Promise((resolve) => {
+      const answer = (result: SubmissionResult) => {
+        if (!op) this.metrics.record(result.reason, (performance.now() - now) / 1000);
+        resolve(result);
+      };
+      if (this.#closing || this.queued >= this.options.maxQueueLong) {
+        answer(failure(submission, 'queue_timeout'));
+        return;
+      }
+      const wait = (long ? this.options.longQueueTimeoutS : this.options.queueTimeoutS) * 1000;
+      const job: Job = {
+        submission,
+        long,
+        enqueued: now,
+        deadline: now + wait,
+        resolve: answer,
+        session,
+        op,
+      };
+      const fifo = this.#pinned.get(session.executor as Executor) as Fifo;
+      fifo.push(job);
+      this.#pinnedCount += 1;
+      if (!long) this.#shortQueued += 1;
+      session.pending += 1;
+      this.#dispatch();
+    });
+  }
+
+  /** Runs `run` on the session's executor in its turn; resolves with reason '' or the failure. */
+  #pinnedOp(session: Session, run: NonNullable<Job['op']>, on: Session = session): Promise<SubmissionResult> {
+    const placeholder: Submission = { type: 'python', solution: '', session_id: on.id };
+    return this.#enqueuePinned(on, placeholder, true, run);
+  }
+
+  #operate(executor: Executor, job: Job): void {
+    this.#inflight += 1;
+    const session = job.session as Session;
+    (job.op as NonNullable<Job['op']>)(executor)
+      .then(
+        () => job.resolve({ ...failure(job.submission, ''), success: true, run_success: true }),
+        (error: Error) =>
+          job.resolve(
+            failure(
+              job.submission,
+              error instanceof SessionNotFound ? 'session_not_found' : 'internal_error',
+              0,
+              error.message,
+            ),
+          ),
+      )
+      .finally(() => {
+        session.pending -= 1;
+        this.#settled();
+      });
+  }
+
+  #executeCell(executor: Executor, job: Job): void {
+    const o = this.options;
+    const s = job.submission;
+    const session = job.session as Session;
+    if (session.lost || !session.started) {
+      session.pending -= 1;
+      job.resolve(notFound(s, session.id, `session ${session.id} ${session.lost ?? 'did not start'}`));
+      return;
+    }
+    const asked = (s as { options?: { mode?: string } }).options?.mode;
+    const request: RawRequest = {
+      code: s.solution,
+      input: s.input ?? '',
+      timeout: o.timeoutS,
+      mode: asked === 'script' ? 'script' : 'notebook',
+      keep: o.outputChars,
+    };
+    this.#inflight += 1;
+    executor
+      .sessionCell(session.number, request)
+      .then(
+        (raw: RawResult) => {
+          if (raw.lost) {
+            this.#lose(session, 'was lost: its processes died (memory, a worker restart)');
+            job.resolve(notFound(s, session.id, `session ${session.id} ${session.lost}`));
+            return;
+          }
+          session.cells += 1;
+          const result: SubmissionResult = { ...toResult(s, raw, o.outputChars), session_id: session.id };
+          if (raw.rolled_back) result.session_rolled_back = true;
+          job.resolve(result);
+        },
+        (error: Error) => job.resolve(failure(s, 'internal_error', 0, error.message.slice(0, 500))),
+      )
+      .finally(() => {
+        session.pending -= 1;
+        session.lastUsed = performance.now();
+        this.#checkMemory(executor);
+        this.#settled();
+      });
+  }
+
+  #settled(): void {
+    this.#inflight -= 1;
+    if (this.#inflight === 0 && this.queued === 0) this.#drained?.();
+    this.#dispatch();
+  }
+
+  /** A session whose processes are gone: its calls are answered session_not_found from now on. */
+  #lose(session: Session, why: string): void {
+    if (session.lost) return;
+    session.lost = why;
+    session.started = false;
+  }
+
+  /** Drops what the pool holds for a closed or lost session; the family's uid is free with its last member. */
+  #forget(session: Session): void {
+    const family = session.family;
+    if (!family || !family.members.delete(session)) return;
+    if (family.members.size === 0) this.#freeSlots.push(family.slot);
+  }
+
+  /** Closes the least recently used idle session (not `keep`); false when every session is busy. */
+  #evictIdle(keep?: Session, on?: Executor): boolean {
+    let oldest: Session | undefined;
+    for (const s of this.#sessions.values()) {
+      if (s === keep || s.pending > 0 || (on && s.executor !== on)) continue;
+      if (!oldest || s.lastUsed < oldest.lastUsed) oldest = s;
+    }
+    if (!oldest) return false;
+    this.metrics.sessionsEvicted += 1;
+    this.#closeSession(oldest);
+    return true;
+  }
+
+  /** Idle sessions past their TTL are closed; lost ones are forgotten. */
+  #expireSessions(now: number): void {
+    const ttl = this.options.sessionTtlS * 1000;
+    for (const s of [...this.#sessions.values()]) {
+      if (s.pending > 0) continue;
+      if (now - s.lastUsed > ttl) {
+        this.metrics.sessionsExpired += 1;
+        this.#closeSession(s);
+      }
+    }
+  }
+
+  /**
+   * Keeps a worker under its memory limit: while its cgroup holds more than the limit less one
+   * call's budget, its least recently used idle sessions are closed.
+   */
+  #checkMemory(executor: Executor): void {
+    const cgroup = executor.config.cgroup;
+    if (!cgroup) return;
+    const o = this.options;
+    const limit =
+      (o.memoryMb + o.scratchMb + 16 + 512 + Math.ceil(o.sessionMemoryMb / o.workers)) * 1024 * 1024;
+    const ceiling = limit - (o.memoryMb + o.scratchMb + 64) * 1024 * 1024;
+    for (let i = 0; i < 64; i += 1) {
+      const used = cgroup.memoryUsage();
+      if (used === undefined || used <= ceiling || !this.#evictIdle(undefined, executor)) return;
+    }
+  }
+
   #sweep(): void {
     const now = performance.now();
+    this.#expireSessions(now);
     if (this.queued === 0) return;
-    for (const fifo of [this.#heavy, this.#light]) {
+    for (const fifo of [this.#heavy, this.#light, ...this.#pinned.values()]) {
+      const pinned = fifo !== this.#heavy && fifo !== this.#light;
       for (const job of fifo.removeWhere((j) => j.deadline < now)) {
         if (!job.long) this.#shortQueued -= 1;
+        if (pinned) this.#pinnedCount -= 1;
+        if (job.session) job.session.pending -= 1;
         job.resolve(failure(job.submission, 'queue_timeout', (now - job.enqueued) / 1000));
       }
     }
   }
 
   #onExecutorExit(executor: Executor): void {
+    for (const session of this.#sessions.values())
+      if (session.executor === executor)
+        this.#lose(session, 'was lost with its worker (the executor restarted)');
     if (this.#closing) return;
     this.metrics.workerRestarts += 1;
     const now = Date.now();
@@ -389,4 +806,19 @@ export class LocalPool implements Runner {
     for (const e of this.#executors) e.config.cgroup?.remove();
     this.#cgroups.close();
   }
+}
+
+/** The answer for a cell whose session is not there. */
+function notFound(submission: Submission, id: string, message: string): SubmissionResult {
+  return { ...failure(submission, 'session_not_found', 0, message), session_id: id };
+}
+
+/** A submission's `files` (name -> base64) as bytes; names checked by the server before. */
+export function decodeFiles(
+  files: Record<string, string> | null | undefined,
+): Map<string, Buffer> | undefined {
+  if (!files) return undefined;
+  const map = new Map<string, Buffer>();
+  for (const [name, content] of Object.entries(files)) map.set(name, Buffer.from(content, 'base64'));
+  return map.size > 0 ? map : undefined;
 }

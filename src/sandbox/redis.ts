@@ -4,7 +4,7 @@ import { createClient } from 'redis';
 import type { Submission, SubmissionResult } from '../records/sandbox.js';
 import { submissionKey } from './key.js';
 import type { Metrics } from './metrics.js';
-import type { LocalPool, Runner } from './pool.js';
+import { type LocalPool, type Runner, type SessionHandle, SessionNotFound } from './pool.js';
 import { failure } from './result.js';
 
 type Client = ReturnType<typeof createClient>;
@@ -33,6 +33,15 @@ export interface RedisRunnerOptions {
   prefix?: string;
   /** How long results stay readable (dedup window), seconds. */
   resultTtlS?: number;
+}
+
+/** `OWNER~LOCAL`: the server holding a session, and the session's id on that server's pool. */
+const SESSION_ID = /^(.+)~(s-[0-9a-f-]+)$/;
+
+interface Remote {
+  owner: string;
+  giveUpAt: number;
+  resolve: (value: Record<string, unknown>) => void;
 }
 
 interface Waiter {
@@ -70,6 +79,8 @@ export class RedisRunner implements Runner {
   #heart?: NodeJS.Timeout;
   #wake?: () => void;
   #started = false;
+  #owned!: Client;
+  #remotes = new Map<string, Remote>();
 
   constructor(url: string, pool: LocalPool, options: RedisRunnerOptions = {}) {
     this.#url = url;
@@ -125,6 +136,10 @@ export class RedisRunner implements Runner {
     this.#subscriber.on('error', onError);
     this.#stillStarting();
     await this.#subscriber.connect();
+    this.#owned = this.#client.duplicate();
+    this.#owned.on('error', onError);
+    this.#stillStarting();
+    await this.#owned.connect();
     this.#stillStarting();
     try {
       await this.#client.xGroupCreate(this.#stream, this.#group, '0', { MKSTREAM: true });
@@ -132,7 +147,8 @@ export class RedisRunner implements Runner {
       if (!String(error).includes('BUSYGROUP')) throw error;
     }
     await this.#subscriber.subscribe(this.#channel, (id) => {
-      void this.#collect([id]);
+      if (this.#remotes.has(id)) void this.#collectRemote([id]);
+      else void this.#collect([id]);
     });
     // The heartbeat goes up before this consumer first reads, so no other server takes it for dead.
     await this.#beat();
@@ -144,7 +160,7 @@ export class RedisRunner implements Runner {
     // A server SIGKILLed earlier: its calls are taken over and its consumer removed now.
     await this.#reapDead();
     this.#poller = setInterval(() => this.#poll(), 500);
-    this.#loops.push(this.#readLoop(), this.#claimLoop());
+    this.#loops.push(this.#readLoop(), this.#claimLoop(), this.#ownedLoop());
   }
 
   /** close() during start(): stop here, before another connection or timer is made. */
@@ -210,7 +226,170 @@ export class RedisRunner implements Runner {
     if (reaped > 0) this.#pool.removeStaleCgroups();
   }
 
+  // ---- sessions: each lives on the server that made it; calls for it from elsewhere go there ----
+
+  /** This server's stream of calls for its own sessions (sticky routing). */
+  #ownedStream(consumer: string): string {
+    return `${this.#prefix}:owned:${consumer}`;
+  }
+
+  #split(id: string): { owner: string; local: string } | undefined {
+    const match = SESSION_ID.exec(id);
+    return match ? { owner: match[1], local: match[2] } : undefined;
+  }
+
+  #global(handle: SessionHandle): SessionHandle {
+    return { ...handle, session_id: `${this.#consumer}~${handle.session_id}` };
+  }
+
+  async createSession(files?: Map<string, Buffer>): Promise<SessionHandle> {
+    return this.#global(await this.#pool.createSession(files));
+  }
+
+  async forkSession(id: string): Promise<SessionHandle> {
+    const where = this.#split(id);
+    if (!where) throw new SessionNotFound(id);
+    if (where.owner === this.#consumer) return this.#global(await this.#pool.forkSession(where.local));
+    const answer = await this.#remote(where.owner, { kind: 'fork', session: where.local });
+    if (answer.error) throw new SessionNotFound(id, String(answer.error));
+    return answer as unknown as SessionHandle;
+  }
+
+  async closeSession(id: string): Promise<boolean> {
+    const where = this.#split(id);
+    if (!where) return false;
+    if (where.owner === this.#consumer) return this.#pool.closeSession(where.local);
+    const answer = await this.#remote(where.owner, { kind: 'close', session: where.local });
+    return answer.closed === true;
+  }
+
+  async #submitCell(submission: Submission, long: boolean): Promise<SubmissionResult> {
+    const id = String(submission.session_id);
+    const where = this.#split(id);
+    const lost = (why: string): SubmissionResult => ({
+      ...failure(submission, 'session_not_found', 0, `session ${id} ${why}`),
+      session_id: id,
+    });
+    if (!where) return lost('not found (not a session id of this service)');
+    if (where.owner === this.#consumer) {
+      const result = await this.#pool.submit({ ...submission, session_id: where.local }, long);
+      return { ...result, session_id: id };
+    }
+    const answer = await this.#remote(where.owner, {
+      kind: 'cell',
+      session: where.local,
+      submission: JSON.stringify({ ...submission, session_id: where.local }),
+      long: long ? '1' : '0',
+    });
+    if (answer.lost) return lost(String(answer.lost));
+    return { ...(answer as unknown as SubmissionResult), session_id: id };
+  }
+
+  /** Sends work to the server that owns a session and waits for its answer (or for it to be gone). */
+  #remote(owner: string, fields: Record<string, string>): Promise<Record<string, unknown>> {
+    const id = randomUUID();
+    const o = this.#pool.options;
+    return new Promise((resolve) => {
+      this.#remotes.set(id, {
+        owner,
+        giveUpAt: Date.now() + (o.longQueueTimeoutS + o.timeoutS + 30) * 1000,
+        resolve,
+      });
+      this.#gone(owner)
+        .then(async (gone) => {
+          if (gone) this.#answerRemote(id, { lost: 'was lost with its server', error: 'lost' });
+          else
+            await this.#client.xAdd(this.#ownedStream(owner), '*', { ...fields, id, reply: this.#channel });
+        })
+        .catch((error: Error) =>
+          this.#answerRemote(id, { lost: `unreachable: redis: ${error.message}`, error: 'lost' }),
+        );
+    });
+  }
+
+  #answerRemote(id: string, value: Record<string, unknown>): void {
+    const remote = this.#remotes.get(id);
+    if (!remote) return;
+    this.#remotes.delete(id);
+    remote.resolve(value);
+  }
+
+  async #collectRemote(ids: string[]): Promise<void> {
+    const wanted = ids.filter((id) => this.#remotes.has(id));
+    if (wanted.length === 0) return;
+    const values = await this.#client.mGet(wanted.map((id) => this.#resultKey(id)));
+    values.forEach((value, i) => {
+      if (value) this.#answerRemote(wanted[i], JSON.parse(value) as Record<string, unknown>);
+    });
+  }
+
+  /** Remote waits whose owner died: their sessions died with it. */
+  async #pollRemotes(): Promise<void> {
+    if (this.#remotes.size === 0) return;
+    await this.#collectRemote([...this.#remotes.keys()]);
+    const now = Date.now();
+    const owners = new Map<string, boolean>();
+    for (const [id, remote] of this.#remotes) {
+      if (!owners.has(remote.owner)) owners.set(remote.owner, await this.#gone(remote.owner));
+      if (owners.get(remote.owner) || now > remote.giveUpAt)
+        this.#answerRemote(id, { lost: 'was lost with its server', error: 'lost' });
+    }
+  }
+
+  /** Reads the calls other servers send for this server's sessions. */
+  async #ownedLoop(): Promise<void> {
+    const stream = this.#ownedStream(this.#consumer);
+    let last = '0-0';
+    while (!this.#closing) {
+      try {
+        const reply = (await this.#owned.xRead({ key: stream, id: last }, { COUNT: 64, BLOCK: 500 })) as
+          | { messages: { id: string; message: Record<string, string> }[] }[]
+          | null;
+        for (const entry of reply ?? [])
+          for (const m of entry.messages) {
+            last = m.id;
+            void this.#serveOwned(m.message)
+              .catch((error: Error) => this.#log(`sandbox redis: session call: ${error.message}`))
+              .finally(() => this.#client.xDel(stream, m.id).catch(() => {}));
+          }
+      } catch (error) {
+        if (this.#closing) break;
+        this.#log(`sandbox redis: sessions: ${(error as Error).message}`);
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  }
+
+  async #serveOwned(message: Record<string, string>): Promise<void> {
+    let answer: Record<string, unknown>;
+    try {
+      if (message.kind === 'cell') {
+        const result = await this.#pool.submit(
+          JSON.parse(message.submission) as Submission,
+          message.long === '1',
+        );
+        answer =
+          result.reason === 'session_not_found' ? { lost: 'not found (closed, expired or lost)' } : result;
+      } else if (message.kind === 'fork') {
+        answer = { ...this.#global(await this.#pool.forkSession(message.session)) };
+      } else if (message.kind === 'close') {
+        answer = { closed: await this.#pool.closeSession(message.session) };
+      } else answer = { error: `unknown kind ${message.kind}` };
+    } catch (error) {
+      answer = { error: (error as Error).message, lost: (error as Error).message };
+    }
+    await this.#client.set(this.#resultKey(message.id), JSON.stringify(answer), { EX: this.#resultTtlS });
+    await this.#client.publish(message.reply, message.id);
+  }
+
   submit(submission: Submission, long: boolean): Promise<SubmissionResult> {
+    if (submission.session_id !== undefined && submission.session_id !== null) {
+      const started = performance.now();
+      return this.#submitCell(submission, long).then((result) => {
+        this.metrics.record(result.reason, (performance.now() - started) / 1000);
+        return result;
+      });
+    }
     const id = submissionKey(submission) ?? randomUUID();
     const o = this.#pool.options;
     const now = Date.now();
@@ -296,6 +475,7 @@ export class RedisRunner implements Runner {
 
   /** Catches results whose notification was missed, and calls that waited too long. */
   #poll(): void {
+    void this.#pollRemotes().catch((error: Error) => this.#log(`sandbox redis: poll: ${error.message}`));
     if (this.#waiters.size === 0) return;
     const ids = [...this.#waiters.keys()];
     void this.#collect(ids)
@@ -440,7 +620,9 @@ export class RedisRunner implements Runner {
     this.#wake?.();
     if (this.#poller) clearInterval(this.#poller);
     if (this.#heart) clearInterval(this.#heart);
-    const clients = [this.#client, this.#reader, this.#subscriber].filter((c) => c !== undefined);
+    const clients = [this.#client, this.#reader, this.#subscriber, this.#owned].filter(
+      (c) => c !== undefined,
+    );
     if (!this.#started) {
       // start() did not finish (a signal, an unreachable Redis): nothing was taken from the queue.
       for (const c of clients) if (c.isOpen) c.destroy();
@@ -467,6 +649,9 @@ export class RedisRunner implements Runner {
       }
       this.#waiters.delete(id);
     }
+    for (const id of [...this.#remotes.keys()])
+      this.#answerRemote(id, { lost: 'the server shut down', error: 'lost' });
+    await this.#client.del(this.#ownedStream(this.#consumer)).catch(() => {});
     await this.#leaveGroup().catch((error: Error) => this.#log(`sandbox redis: leaving: ${error.message}`));
     await Promise.allSettled(clients.map((c) => c.quit()));
   }

@@ -1,8 +1,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { z } from 'zod';
-import { BatchSubmission, Submission, type SubmissionResult } from '../records/sandbox.js';
-import type { Runner } from './pool.js';
+import { BatchSubmission, SessionRequest, Submission, type SubmissionResult } from '../records/sandbox.js';
+import { decodeFiles, type Runner, SessionNotFound, TooManySessions } from './pool.js';
 
 const MAX_BODY = 256 * 1024 * 1024;
 
@@ -66,6 +66,31 @@ function send(res: ServerResponse, status: number, body: unknown): void {
 const newId = () => crypto.randomUUID();
 
 /**
+ * `files` names: relative paths inside the working directory (no `..`, no absolute path, no empty
+ * segment); contents base64. A bad one is a 422 naming it.
+ */
+export function checkFiles(files: Record<string, string> | null | undefined, where: string): void {
+  if (!files) return;
+  for (const [name, content] of Object.entries(files)) {
+    const parts = name.split('/');
+    if (
+      name === '' ||
+      name.startsWith('/') ||
+      name.includes('\0') ||
+      parts.some((p) => p === '' || p === '.' || p === '..' || Buffer.byteLength(p) > 255)
+    )
+      throw new HttpError(
+        422,
+        `${where}.${name}: a file name must be a relative path inside the working directory`,
+      );
+    if (!/^[A-Za-z0-9+/]*={0,2}$/.test(content.replace(/\s+/g, '')))
+      throw new HttpError(422, `${where}.${name}: content must be base64`);
+  }
+}
+
+const SESSION_ROUTE = /^\/sessions\/([^/]+)(\/fork)?$/;
+
+/**
  * The HTTP face of the sandbox: code-judge's routes and shapes, plus `POST /run/stream`
  * (NDJSON submissions in, NDJSON results out in input order, as they complete), `/health`
  * and `/metrics`.
@@ -75,6 +100,7 @@ export function createSandboxServer(options: ServerOptions): Server {
   const window = options.streamWindow ?? 2048;
   // Ids the server makes up only label the answer: deduplication is for ids the caller chose.
   const submit = async (s: Submission, long: boolean): Promise<SubmissionResult> => {
+    checkFiles(s.files, 'files');
     const result = await runner.submit(s, long);
     return s.sub_id === undefined || s.sub_id === null ? { ...result, sub_id: newId() } : result;
   };
@@ -149,6 +175,19 @@ export function createSandboxServer(options: ServerOptions): Server {
     res.end();
   }
 
+  /** Session errors as HTTP: unknown 404, no room 503, sessions unavailable here 501. */
+  async function sessionCall<T>(call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (error) {
+      if (error instanceof SessionNotFound) throw new HttpError(404, error.message);
+      if (error instanceof TooManySessions) throw new HttpError(503, error.message);
+      if (/sessions need the isolated sandbox/.test((error as Error).message))
+        throw new HttpError(501, (error as Error).message);
+      throw error;
+    }
+  }
+
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = (req.url ?? '/').split('?')[0];
     if (req.method === 'GET' && (url === '/health' || url === '/ping')) {
@@ -163,12 +202,31 @@ export function createSandboxServer(options: ServerOptions): Server {
       res.end(text);
       return;
     }
+    const session = SESSION_ROUTE.exec(url);
+    if (session && req.method === 'DELETE' && !session[2]) {
+      const id = decodeURIComponent(session[1]);
+      if (!(await runner.closeSession(id))) throw new HttpError(404, new SessionNotFound(id).message);
+      return send(res, 200, { session_id: id, closed: true });
+    }
+    if (session && req.method === 'POST' && session[2]) {
+      const id = decodeURIComponent(session[1]);
+      return send(res, 200, await sessionCall(() => runner.forkSession(id)));
+    }
     if (req.method !== 'POST') throw new HttpError(404, `no route ${req.method} ${url}`);
     switch (url) {
       case '/run':
       case '/judge': {
         const result = await submit(parse(Submission, await readBody(req)), false);
+        // One call for a session that is not there: a 404, as the session routes answer.
+        if (result.reason === 'session_not_found')
+          throw new HttpError(404, result.stderr ?? 'session not found');
         return send(res, 200, url === '/judge' ? judgeView(result) : result);
+      }
+      case '/sessions': {
+        const body = await readBody(req);
+        const request = body.length === 0 ? {} : parse(SessionRequest, body);
+        checkFiles(request.files, 'files');
+        return send(res, 200, await sessionCall(() => runner.createSession(decodeFiles(request.files))));
       }
       case '/run/batch':
       case '/run/long-batch':

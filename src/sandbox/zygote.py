@@ -239,14 +239,42 @@ class CallBuffer:
             self.reserve(self.DEFAULT)
 
 
-REQUEST = struct.Struct('<IIIIdB')  # id, code bytes, stdin bytes, output bytes kept, timeout s, mode
-RESPONSE = struct.Struct('<IidBBBII')  # id, exit, cost s, timed out, output exceeded, error, stdout, stderr
+# id, code bytes, stdin bytes, output bytes kept, timeout s, mode, op, session, argument, files bytes
+REQUEST = struct.Struct('<IIIIdBBIII')
+# id, exit, cost s, timed out, output exceeded, error, session flags, stdout, stderr
+RESPONSE = struct.Struct('<IidBBBBII')
 MODES = (b'notebook', b'script')
 REQ = CallBuffer()
 OUT = CallBuffer()
 ERR = CallBuffer()
 DRAIN = CallBuffer(65536)  # output past what is kept is read here and dropped
 HEAD = bytearray(REQUEST.size)
+
+
+class Output:
+    """A call's stdout and stderr as the executor reads them: the first `keep` bytes of each straight
+    into OUT/ERR, the rest drained; `total` counts every byte against the output limit."""
+
+    def __init__(self, out_r, err_r, keep):
+        self.keep = keep
+        self.out_r, self.err_r = out_r, err_r
+        self.kept = {out_r: 0, err_r: 0}
+        self.areas = {out_r: OUT.view, err_r: ERR.view}
+        self.open = [out_r, err_r]
+        self.total = 0
+
+    def read(self, fd):
+        """Reads what the pipe holds; True when this read took the output past the limit."""
+        have = self.kept[fd]
+        got = os.readv(fd, [self.areas[fd][have : self.keep], DRAIN.view])
+        if not got:
+            self.open.remove(fd)
+            return False
+        self.kept[fd] = min(self.keep, have + got)
+        limit = CONFIG['output_limit_bytes']
+        passed = self.total <= limit < self.total + got
+        self.total += got
+        return passed
 
 
 def read_into(view, n):
@@ -274,10 +302,10 @@ def write_all(fd, buffers):
 def respond(call_id, exit_code=0, cost=0.0, timed_out=False, exceeded=False, error=None, out=0, err=0):
     if error is not None:
         text = error.encode('utf-8', 'replace')
-        head = RESPONSE.pack(call_id, exit_code, cost, 0, 0, 1, 0, len(text))
+        head = RESPONSE.pack(call_id, exit_code, cost, 0, 0, 1, 0, 0, len(text))
         write_all(CONTROL_OUT, [head, text])
         return
-    head = RESPONSE.pack(call_id, exit_code, cost, timed_out, exceeded, 0, out, err)
+    head = RESPONSE.pack(call_id, exit_code, cost, timed_out, exceeded, 0, 0, out, err)
     write_all(CONTROL_OUT, [head, OUT.view[:out], ERR.view[:err]])
 
 
@@ -336,7 +364,9 @@ def prepare_process():
         resource.setrlimit(which, (value, value))
     if os.getuid() == 0:
         # Only as root: for another uid it would count (and so could stop) this process's forks.
-        resource.setrlimit(resource.RLIMIT_NPROC, (CONFIG['nproc'], CONFIG['nproc']))
+        # A session family's states count too (session.py FAMILY_MAX); a stateless call lowers it.
+        nproc = CONFIG['nproc'] + FAMILY_MAX
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         os.setgroups([])
         if SECCOMP_EXECUTOR is not None:
             # Root with CAP_SYS_ADMIN needs no no_new_privs for this; the children set it.
@@ -349,8 +379,7 @@ MOUNT = libc.mount
 SCRATCH_OPTS = f"size={CONFIG['scratch_mb']}m,nr_inodes={CONFIG['scratch_inodes']},mode=1777".encode()
 HAS_SHM = os.path.isdir('/dev/shm')
 CALL_LIMITS = [(resource.RLIMIT_FSIZE, CONFIG['fsize_mb'] * 1024 * 1024)]
-if os.getuid() != 0:
-    CALL_LIMITS.append((resource.RLIMIT_NPROC, CONFIG['nproc']))
+CALL_LIMITS.append((resource.RLIMIT_NPROC, CONFIG['nproc']))
 if AS_LIMIT > 0:
     CALL_LIMITS.append((resource.RLIMIT_AS, AS_LIMIT))
 
@@ -427,13 +456,15 @@ def read_request(fd):
     os.close(fd)
     if not chunks:
         return None
-    limits, mode, code = b''.join(chunks).split(b'\n', 2)
-    timeout, deadline = limits.split()
+    limits, mode, rest = b''.join(chunks).split(b'\n', 2)
+    timeout, deadline, files_len = limits.split()
+    files_len = int(files_len)
     return {
         'timeout': float(timeout),
         'deadline': float(deadline),
         'mode': mode.decode(),
-        'code': code.decode('utf-8', 'surrogatepass'),
+        'files': rest[:files_len],
+        'code': rest[files_len:].decode('utf-8', 'surrogatepass'),
     }
 
 
@@ -454,6 +485,8 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
         req = read_request(3)
         if req is None:
             os._exit(0)
+        if req['files']:
+            write_tree(parse_files(req['files']), os.getuid(), os.getcwd())
         set_cpu_limit(req['timeout'])
         # The call's own alarm at the deadline (the executor's clock: CLOCK_MONOTONIC is shared),
         # so a program is stopped at its limit as code-judge's alarm stops it, not when the
@@ -549,7 +582,7 @@ class Prepared:
                 os.close(fd)
         self.pidfd = os.pidfd_open(self.pid)
 
-    def start(self, code, stdin, timeout, deadline, mode):
+    def start(self, code, stdin, timeout, deadline, mode, files):
         """Hands the call to the child (code and stdin are views of REQ); False when the child
         died while it waited."""
         write_all(self.stdin_fd, [stdin])
@@ -557,7 +590,7 @@ class Prepared:
         os.close(self.stdin_fd)
         self.stdin_fd = -1
         try:
-            write_all(self.req_w, [b'%r %r\n%s\n' % (timeout, deadline, mode), code])
+            write_all(self.req_w, [b'%r %r %d\n%s\n' % (timeout, deadline, len(files), mode), files, code])
         except BrokenPipeError:
             return False
         finally:
@@ -607,33 +640,30 @@ def take_prepared():
     return child if child is not None else Prepared()
 
 
-def execute(call_id, code_len, input_len, keep_bytes, timeout, mode):
+def execute(call_id, code_len, input_len, keep_bytes, timeout, mode, files_len=0):
     """Runs one call whose code and stdin are in REQ; answers with the first keep_bytes of each
     output stream (read straight into OUT/ERR)."""
-    hard_limit = CONFIG['output_limit_bytes']
     code = REQ.view[:code_len]
     stdin = REQ.view[code_len : code_len + input_len]
+    files = REQ.view[code_len + input_len : code_len + input_len + files_len]
     mode = MODES[mode] if mode < len(MODES) else MODES[0]
     OUT.reserve(keep_bytes)
     ERR.reserve(keep_bytes)
     child = take_prepared()
     start = time.perf_counter()
     deadline = start + timeout
-    if not child.start(code, stdin, timeout, deadline, mode):
+    if not child.start(code, stdin, timeout, deadline, mode, files):
         # It died while waiting (e.g. killed from outside): a fresh one runs the call.
         child.discard()
         child = Prepared()
         start = time.perf_counter()
         deadline = start + timeout
-        if not child.start(code, stdin, timeout, deadline, mode):
+        if not child.start(code, stdin, timeout, deadline, mode, files):
             child.discard()
             raise OSError('sandbox child died before its call')
-    pid, pidfd, out_r, err_r = child.pid, child.pidfd, child.out_r, child.err_r
-    kept = {out_r: 0, err_r: 0}
-    areas = {out_r: OUT.view, err_r: ERR.view}
-    drain = DRAIN.view
-    total = 0
-    open_fds = [out_r, err_r]
+    pid, pidfd = child.pid, child.pidfd
+    output = Output(child.out_r, child.err_r, keep_bytes)
+    open_fds = output.open
     output_exceeded = False
     exited_at = None
     try:
@@ -660,14 +690,7 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode):
                     if not ISOLATE:
                         kill_call(pid)
                     continue
-                have = kept[fd]
-                got = os.readv(fd, [areas[fd][have:keep_bytes], drain])
-                if not got:
-                    open_fds.remove(fd)
-                    continue
-                kept[fd] = min(keep_bytes, have + got)
-                total += got
-                if total > hard_limit and not output_exceeded:
+                if output.read(fd) and not output_exceeded:
                     output_exceeded = True
                     kill_call(pid)
                     exited_at = time.perf_counter()
@@ -680,7 +703,7 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode):
     # at or after it (the exit and the deadline raced): `sleep(limit)` always times out.
     timed_out = not output_exceeded and exited_at >= deadline
     cost = exited_at - start
-    respond(call_id, os.waitstatus_to_exitcode(status), cost, timed_out, output_exceeded, None, kept[out_r], kept[err_r])
+    respond(call_id, os.waitstatus_to_exitcode(status), cost, timed_out, output_exceeded, None, output.kept[output.out_r], output.kept[output.err_r])
 
 
 HUGE_PAGE = 2 << 20
@@ -740,12 +763,23 @@ def main():
     while True:
         if not read_into(head, REQUEST.size):
             return
-        call_id, code_len, input_len, keep_bytes, timeout, mode = REQUEST.unpack(HEAD)
-        REQ.reserve(code_len + input_len)
-        if not read_into(REQ.view, code_len + input_len):
+        call_id, code_len, input_len, keep_bytes, timeout, mode, op, session, arg, files_len = REQUEST.unpack(HEAD)
+        REQ.reserve(code_len + input_len + files_len)
+        if not read_into(REQ.view, code_len + input_len + files_len):
             return
         try:
-            execute(call_id, code_len, input_len, keep_bytes, timeout, mode)
+            if op == OP_CALL:
+                execute(call_id, code_len, input_len, keep_bytes, timeout, mode, files_len)
+            elif op == OP_CELL:
+                session_cell(call_id, session, code_len, input_len, keep_bytes, timeout, mode)
+            elif op == OP_NEW:
+                session_new(call_id, session, arg, files_len)
+            elif op == OP_FORK:
+                session_fork(call_id, session, arg)
+            elif op == OP_CLOSE:
+                session_close(call_id, session)
+            else:
+                respond(call_id, error=f'unknown operation {op}')
         except Exception as error:
             respond(call_id, error=f'{type(error).__name__}: {error}')
         for buffer in (REQ, OUT, ERR):

@@ -62,18 +62,6 @@ describe('hostile code', () => {
     assert.equal(count, baseline, 'no process of a call survives it');
   };
 
-  /** The process count once it has not changed for a while (executors forked their next child). */
-  const steadyCount = async (): Promise<number> => {
-    let count = server.pids().length;
-    for (let stable = 0, i = 0; stable < 4 && i < 100; i += 1) {
-      await new Promise((r) => setTimeout(r, 50));
-      const next = server.pids().length;
-      stable = next === count ? stable + 1 : 0;
-      count = next;
-    }
-    return count;
-  };
-
   before(async () => {
     server = await startGuardedServer(['--workers', '2', '--tool-timeout', '3', '--memory', '256'], {
       maxPids: 600,
@@ -88,7 +76,7 @@ describe('hostile code', () => {
       'these tests need the namespace sandbox (root + bubblewrap)',
     );
     await run('print(0)');
-    baseline = await steadyCount();
+    baseline = await server.steadyCount();
   });
   after(async () => {
     assert.deepEqual(await server.stop(), []);
@@ -308,7 +296,7 @@ describe('hostile code', () => {
   test('a child killed while it waits for its call is replaced; the call still runs', async () => {
     // Executors fork (and sandbox) the next call's child ahead of time; it runs as the worker's
     // unprivileged uid, the only processes in the service that do while no call runs.
-    await steadyCount();
+    await server.steadyCount();
     const uid = (pid: number) => {
       try {
         return Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);

@@ -19,6 +19,8 @@ export interface GuardedServer {
   stderr: () => string;
   /** Pids still inside the guard (the server and everything it started). */
   pids(): number[];
+  /** The pid count once it has not changed for 200 ms (executors fork their next child after each answer). */
+  steadyCount(): Promise<number>;
   /** CPU seconds used by everything that ran in the guard so far (cgroup v1 cpuacct), or NaN. */
   cpuSeconds(): number;
   /** SIGTERM, wait for exit, then kill anything left in the guard and remove it. Returns leftovers seen after exit. */
@@ -117,6 +119,16 @@ export async function startGuardedServer(
     pid: server.pid,
     stderr: server.output,
     pids,
+    async steadyCount() {
+      let count = pids().length;
+      for (let stable = 0, i = 0; stable < 4 && i < 100; i += 1) {
+        await new Promise((r) => setTimeout(r, 50));
+        const next = pids().length;
+        stable = next === count ? stable + 1 : 0;
+        count = next;
+      }
+      return count;
+    },
     cpuSeconds: () => {
       try {
         return cpuacct ? Number(readFileSync(join(cpuacct, 'cpuacct.usage'), 'utf8')) / 1e9 : Number.NaN;

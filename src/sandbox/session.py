@@ -1,0 +1,971 @@
+# Stateful sessions of the warm executor (src/sandbox/zygote.py): prepended to it by
+# src/sandbox/executor.ts, after cell.py, so everything here runs inside the executor's program and
+# uses its helpers (the sandbox set-up, the seccomp assembler, the wipe-on-fork buffers) at call time.
+#
+# A session is a Python state held by a process, and every cell runs in a process forked from it:
+#
+#   executor ──ctl──> family init (PID 1 of a PID namespace of its own, root, runs no user code)
+#                        ├── state S of session A  (unprivileged, blocked on its socket)
+#                        │      └── cell C  (forked from S per cell; runs the code)
+#                        └── state of session B  (a fork of A: same namespace, uid and limits)
+#
+# A cell that finishes (with or without an exception) becomes the session's new state: its process
+# itself when it has no other thread (no fork at all), else a fork taken from its main thread (so no
+# thread of the cell survives into the state). A cell that is killed (time, memory, output limit, a
+# crash, an exit without a snapshot) leaves the state it was forked from untouched, and its files as
+# they were (the family init keeps a copy of the working directory for the length of the cell). After
+# every cell the init kills every process of the namespace that is not a state, so nothing a cell
+# started runs on into the next one.
+#
+# A family is the sessions made from one `new` by `fork`: they share the init, the PID namespace, a
+# uid and the scratch tmpfs, because a copy-on-write fork of a process cannot leave its namespace or
+# its uid. Each member still has its own working directory contents (the init swaps them in before a
+# cell of another member) and its own memory; a per-cell seccomp guard stops a cell from signalling,
+# re-limiting or reading any process older than itself (every state, the init), so a family member
+# cannot reach another's state either. Families are isolated from each other by their namespaces and
+# uids as stateless calls are.
+#
+# Messages are short ASCII words on SOCK_SEQPACKET socketpairs (one message per send), descriptors
+# passed with SCM_RIGHTS. What a state or a cell sends the init is checked (sequence numbers, pids that
+# are not states), since a cell's code runs in the same processes.
+import os
+import select
+import signal
+import socket
+import struct
+import time
+
+OP_CALL, OP_NEW, OP_CELL, OP_FORK, OP_CLOSE = 0, 1, 2, 3, 4
+FLAG_ROLLED_BACK, FLAG_LOST = 1, 2
+# Sessions of one family at most (its states count against the family uid's RLIMIT_NPROC).
+FAMILY_MAX = 64
+# Seconds the executor waits for a family's answer before it takes the family for hung and kills it.
+CTL_WAIT = 10.0
+SIGKILL = signal.SIGKILL
+
+
+class Family:
+    """The executor's handle on one family init: its pid, a pidfd to see it die, the control socket."""
+
+    def __init__(self, pid, ctl):
+        self.pid = pid
+        self.ctl = ctl
+        self.pidfd = os.pidfd_open(pid)
+        self.members = set()
+        self.seq = 0
+
+    def dead(self):
+        ready, _, _ = select.select([self.pidfd], [], [], 0)
+        return bool(ready)
+
+    def kill(self):
+        try:
+            os.kill(self.pid, SIGKILL)  # PID 1 of the namespace: every state and cell goes with it
+        except ProcessLookupError:
+            pass
+        self.reap(block=True)
+
+    def reap(self, block=False):
+        try:
+            os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            pass
+        for closer in (self.ctl.close, lambda: os.close(self.pidfd)):
+            try:
+                closer()
+            except OSError:
+                pass
+
+    def request(self, message, fds=(), wait=CTL_WAIT):
+        """Sends one message and returns the init's answer, None when the family is gone or hung
+        (a hung family is killed: its sessions are then lost, never left half-answered)."""
+        try:
+            if fds:
+                socket.send_fds(self.ctl, [message], list(fds))
+            else:
+                self.ctl.send(message)
+        except OSError:
+            return None
+        return self.answer(wait)
+
+    def answer(self, wait=CTL_WAIT):
+        end = time.perf_counter() + wait
+        while True:
+            left = end - time.perf_counter()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.ctl, self.pidfd], [], [], left)
+            if self.ctl in ready:
+                try:
+                    data = self.ctl.recv(256)
+                except OSError:
+                    return None
+                return data or None
+            if ready:
+                return None
+
+
+FAMILIES = {}  # session number -> Family
+
+
+def drop_family(family):
+    for number in list(family.members):
+        FAMILIES.pop(number, None)
+    family.kill()
+
+
+def respond_session(call_id, flags=0, exit_code=0, cost=0.0, timed_out=False, exceeded=False, out=0, err=0):
+    head = RESPONSE.pack(call_id, exit_code, cost, timed_out, exceeded, 0, flags, out, err)
+    write_all(CONTROL_OUT, [head, OUT.view[:out], ERR.view[:err]])
+
+
+def session_new(call_id, number, uid, files_len):
+    """Starts a family with one session, its working directory holding the request's files."""
+    if not ISOLATE:
+        respond(call_id, error='sessions need the isolated sandbox (root and bubblewrap)')
+        return
+    if number in FAMILIES:
+        respond(call_id, error=f'session {number} exists')
+        return
+    files_fd = os.memfd_create('files')
+    write_all(files_fd, [REQ.view[:files_len]])
+    os.lseek(files_fd, 0, os.SEEK_SET)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    check(libc.unshare(CLONE_NEWPID), 'unshare(pid)')
+    try:
+        pid = os.fork()
+    except BaseException:
+        check(libc.setns(PIDNS, CLONE_NEWPID), 'setns(pid)')
+        raise
+    if pid == 0:
+        mine.close()
+        family_main(theirs, uid, number, files_fd)
+    check(libc.setns(PIDNS, CLONE_NEWPID), 'setns(pid)')
+    theirs.close()
+    os.close(files_fd)
+    family = Family(pid, mine)
+    answer = family.answer()
+    if answer != b'OK':
+        family.kill()
+        text = answer.decode('utf-8', 'replace')[4:] if answer else 'the session did not start'
+        respond(call_id, error=f'session set-up failed: {text}')
+        return
+    family.members.add(number)
+    FAMILIES[number] = family
+    respond_session(call_id)
+
+
+def session_fork(call_id, source, number):
+    family = FAMILIES.get(source)
+    if family is None:
+        respond_session(call_id, FLAG_LOST)
+        return
+    if number in FAMILIES:
+        respond(call_id, error=f'session {number} exists')
+        return
+    if len(family.members) >= FAMILY_MAX:
+        respond(call_id, error=f'a family holds at most {FAMILY_MAX} sessions')
+        return
+    answer = family.request(b'FORK %d %d' % (source, number))
+    if answer is None:
+        drop_family(family)
+        respond_session(call_id, FLAG_LOST)
+        return
+    if answer != b'OK':
+        respond_session(call_id, FLAG_LOST)
+        return
+    family.members.add(number)
+    FAMILIES[number] = family
+    respond_session(call_id)
+
+
+def session_close(call_id, number):
+    family = FAMILIES.pop(number, None)
+    if family is None:
+        respond_session(call_id, FLAG_LOST)
+        return
+    family.members.discard(number)
+    answer = family.request(b'CLOSE %d' % number, wait=5.0)
+    if answer is None or not family.members:
+        # The last member's init exits by itself; a hung one is killed.
+        if answer is None:
+            drop_family(family)
+        else:
+            family.reap(block=True)
+    respond_session(call_id)
+
+
+def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode):
+    """Runs one cell of a session; answers as a stateless call does, plus the session flags."""
+    family = FAMILIES.get(number)
+    if family is None or family.dead():
+        if family is not None:
+            drop_family(family)
+        respond_session(call_id, FLAG_LOST)
+        return
+    OUT.reserve(keep_bytes)
+    ERR.reserve(keep_bytes)
+    family.seq += 1
+    seq = family.seq
+    stdin_fd = os.memfd_create('stdin')
+    req_fd = os.memfd_create('request')
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    write_all(stdin_fd, [REQ.view[code_len : code_len + input_len]])
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    start = time.perf_counter()
+    deadline = start + timeout
+    write_all(req_fd, [b'%r %r\n%s\n' % (timeout, deadline, MODES[mode] if mode < len(MODES) else MODES[0]), REQ.view[:code_len]])
+    os.lseek(req_fd, 0, os.SEEK_SET)
+    try:
+        socket.send_fds(family.ctl, [b'CELL %d %d' % (number, seq)], [stdin_fd, out_w, err_w, req_fd])
+        sent = True
+    except OSError:
+        sent = False
+    finally:
+        for fd in (stdin_fd, out_w, err_w, req_fd):
+            os.close(fd)
+    output = Output(out_r, err_r, keep_bytes)
+    open_fds = output.open
+    exceeded = False
+    ended = None  # (status, candidate) once the init says the cell ended
+    exited_at = None
+    lost = not sent
+    signalled = 0
+
+    def read_output(fd):
+        nonlocal exceeded
+        if output.read(fd):
+            exceeded = True
+
+    def tell(message):
+        try:
+            family.ctl.send(message)
+            return True
+        except OSError:
+            return False
+
+    try:
+        while ended is None and not lost:
+            now = time.perf_counter()
+            if exceeded and signalled < SIGKILL:
+                signalled = SIGKILL
+                lost = not tell(b'SIGNAL %d' % SIGKILL)
+                continue
+            if now >= deadline and signalled == 0:
+                signalled = TIME_UP
+                lost = not tell(b'SIGNAL %d' % TIME_UP)
+                continue
+            if signalled == TIME_UP and now >= deadline + TIME_UP_GRACE:
+                signalled = SIGKILL
+                lost = not tell(b'SIGNAL %d' % SIGKILL)
+                continue
+            if signalled == 0:
+                wait = deadline - now
+            elif signalled == TIME_UP:
+                wait = deadline + TIME_UP_GRACE - now
+            else:
+                wait = CTL_WAIT
+            ready, _, _ = select.select(open_fds + [family.ctl, family.pidfd], [], [], max(wait, 0))
+            if not ready and signalled == SIGKILL:
+                lost = True  # the family did not answer a kill: hung
+                break
+            for fd in ready:
+                if fd is family.ctl:
+                    try:
+                        data = family.ctl.recv(256)
+                    except OSError:
+                        data = b''
+                    words = data.split()
+                    if not words or words[0] != b'END' or int(words[1]) != seq:
+                        lost = lost or not words
+                        continue
+                    exited_at = time.perf_counter()
+                    if words[2] == b'lost':
+                        lost = True
+                    else:
+                        ended = (int(words[2]), int(words[3]))
+                elif fd == family.pidfd:
+                    lost = True
+                else:
+                    read_output(fd)
+        # What the cell wrote before it ended is in the pipes: read it before the verdict (a
+        # MemoryError line decides it), without waiting for writers the sweep has yet to kill.
+        for fd in list(open_fds):
+            os.set_blocking(fd, False)
+            try:
+                while fd in open_fds:
+                    read_output(fd)
+            except BlockingIOError:
+                pass
+            os.set_blocking(fd, True)
+        if exited_at is None:
+            exited_at = time.perf_counter()
+        timed_out = not exceeded and exited_at >= deadline
+        status = ended[0] if ended else -SIGKILL
+        memory = status != 0 and memory_error_line(output.kept[err_r])
+        keep_state = ended is not None and ended[1] > 0 and not (timed_out or exceeded or memory or lost)
+        flags = 0
+        if lost:
+            flags = FLAG_LOST
+        else:
+            answer = family.request(b'COMMIT' if keep_state else b'ROLLBACK')
+            words = answer.split() if answer else []
+            if not words or words[0] != b'DONE':
+                flags = FLAG_LOST
+            else:
+                flags = (FLAG_ROLLED_BACK if words[1] == b'1' else 0) | (FLAG_LOST if words[2] == b'1' else 0)
+        if flags & FLAG_LOST:
+            drop_family_member(family, number)
+        # Every writer of the pipes is dead now (the init swept them): the rest drains quickly.
+        grace_end = time.perf_counter() + 0.5
+        while open_fds:
+            left = grace_end - time.perf_counter()
+            if left <= 0:
+                break
+            ready, _, _ = select.select(open_fds, [], [], left)
+            if not ready:
+                break
+            for fd in ready:
+                read_output(fd)
+    finally:
+        os.close(out_r)
+        os.close(err_r)
+    cost = exited_at - start
+    respond_session(call_id, flags, status, cost, timed_out, exceeded, output.kept[out_r], output.kept[err_r])
+
+
+def drop_family_member(family, number):
+    """A session the family lost (or a family that stopped answering): forgotten, the family killed
+    when it cannot be trusted any more."""
+    FAMILIES.pop(number, None)
+    family.members.discard(number)
+    if family.dead() or not family.members:
+        drop_family(family)
+
+
+def memory_error_line(err_len):
+    """Whether the kept stderr has a line starting with MemoryError (read in place: no call bytes in
+    this process's objects)."""
+    at = ERR.map.find(b'MemoryError', 0, err_len)
+    while at >= 0:
+        if at == 0 or ERR.map[at - 1] == 10:
+            return True
+        at = ERR.map.find(b'MemoryError', at + 1, err_len)
+    return False
+
+
+# ---- inside the family: the init ------------------------------------------------------------------
+
+
+def family_main(ctl, uid, number, files_fd):
+    """The family init: PID 1 of the new namespace, root, never runs user code."""
+    try:
+        keep = {ctl.fileno(), files_fd, 0, 1, 2}
+        for fd in range(3, 1024):
+            if fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+        check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), 'unshare(mount, ipc)')
+        check(MOUNT(b'none', b'/', None, MS_REC | MS_PRIVATE, None), 'make-private')
+        check(MOUNT(b'tmpfs', b'/tmp', b'tmpfs', MS_NOSUID | MS_NODEV, SCRATCH_OPTS), 'mount scratch')
+        check(MOUNT(b'proc', b'/proc', b'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC, None), 'mount proc')
+        if HAS_SHM:
+            check(MOUNT(b'tmpfs', b'/dev/shm', b'tmpfs', MS_NOSUID | MS_NODEV, b'size=16m,nr_inodes=64,mode=1777'), 'mount shm')
+        os.chdir('/tmp')
+        blob = b''
+        while True:
+            chunk = os.read(files_fd, 1 << 20)
+            if not chunk:
+                break
+            blob += chunk
+        os.close(files_fd)
+        write_tree(parse_files(blob), uid)
+        Init(ctl, uid).run(number)
+    except BaseException as error:
+        try:
+            ctl.send(b'ERR ' + f'{type(error).__name__}: {error}'.encode()[:400])
+        except BaseException:
+            pass
+    os._exit(1)
+
+
+def parse_files(blob):
+    """The request's files: repeated (u32 name bytes, u32 data bytes, name, data)."""
+    entries, at = [], 0
+    while at + 8 <= len(blob):
+        name_len, data_len = struct.unpack_from('<II', blob, at)
+        at += 8
+        name = blob[at : at + name_len].decode('utf-8', 'surrogateescape')
+        at += name_len
+        entries.append((name, 'file', 0o644, blob[at : at + data_len]))
+        at += data_len
+    return entries
+
+
+def read_tree(root='/tmp'):
+    """The working directory as entries (relative path, kind, mode, data or link target)."""
+    entries = []
+
+    def walk(path, rel):
+        for entry in os.scandir(path):
+            name = f'{rel}/{entry.name}' if rel else entry.name
+            st = entry.stat(follow_symlinks=False)
+            if entry.is_symlink():
+                entries.append((name, 'link', 0, os.readlink(entry.path)))
+            elif entry.is_dir(follow_symlinks=False):
+                entries.append((name, 'dir', st.st_mode & 0o7777, b''))
+                walk(entry.path, name)
+            elif entry.is_file(follow_symlinks=False):
+                with open(entry.path, 'rb') as f:
+                    entries.append((name, 'file', st.st_mode & 0o7777, f.read()))
+
+    walk(root, '')
+    return entries
+
+
+def clear_tree(root='/tmp'):
+    for entry in os.scandir(root):
+        if entry.is_dir(follow_symlinks=False):
+            clear_tree(entry.path)
+            os.rmdir(entry.path)
+        else:
+            os.unlink(entry.path)
+
+
+def write_tree(entries, uid, root='/tmp'):
+    for name, kind, mode, data in entries:
+        norm = os.path.normpath(name)
+        if not name or os.path.isabs(norm) or norm == '.' or norm.split('/')[0] == '..':
+            raise ValueError(f'file name {name!r} is not inside the working directory')
+        path = os.path.join(root, norm)
+        if kind == 'dir':
+            os.makedirs(path, exist_ok=True)
+            os.chmod(path, mode)
+        elif kind == 'link':
+            os.symlink(data, path)
+        else:
+            parent = os.path.dirname(path)
+            if parent != root:
+                os.makedirs(parent, exist_ok=True)
+                os.chown(parent, uid, uid)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+            try:
+                write_all(fd, [data])
+            finally:
+                os.close(fd)
+        os.chown(path, uid, uid, follow_symlinks=False)
+
+
+class Init:
+    """The family's PID 1: relays cells to their session's state, decides nothing about a cell (the
+    executor gives the verdict), keeps the working directories, and sweeps after every cell."""
+
+    def __init__(self, ctl, uid):
+        self.ctl = ctl
+        self.uid = uid
+        self.states = {}  # session number -> [pid, socket]
+        self.trees = {}  # session number -> entries, for members whose files are not in /tmp
+        self.owner = None  # whose files /tmp holds
+        self.cell = None  # the running cell
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.wake = wake_r
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(wake_w)
+
+    def run(self, number):
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.ctl.close()
+                mine.close()
+                os.close(self.wake)
+                first_state(theirs, self.uid)
+            except BaseException as error:
+                os.write(2, f'rstar session: state set-up failed: {type(error).__name__}: {error}\n'.encode())
+            finally:
+                os._exit(1)
+        theirs.close()
+        self.states[number] = [pid, mine]
+        self.owner = number
+        self.ctl.send(b'OK')
+        while True:
+            watched = [self.ctl, self.wake] + [s[1] for s in self.states.values()]
+            ready, _, _ = select.select(watched, [], [])
+            if self.wake in ready:
+                self.reap()
+            for sock in ready:
+                if sock is self.ctl:
+                    self.from_executor()
+                elif sock is not self.wake:
+                    self.from_state(sock)
+
+    def reap(self):
+        """Collects dead children (the wake-up pipe said SIGCHLD); a state among them is a lost session."""
+        try:
+            while os.read(self.wake, 512):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for number, (state_pid, sock) in list(self.states.items()):
+                if state_pid == pid:
+                    self.lose(number)
+
+    def lose(self, number):
+        """A state died (killed from inside its family, or the memory cgroup): its session is lost."""
+        pid, sock = self.states.pop(number)
+        sock.close()
+        self.trees.pop(number, None)
+        cell = self.cell
+        if cell is not None and cell['number'] == number and not cell['ended']:
+            cell['ended'] = True
+            cell['lost'] = True
+            if cell['pid']:
+                self.kill(cell['pid'])
+            self.ctl.send(b'END %d lost' % cell['seq'])
+
+    def kill(self, pid):
+        try:
+            os.kill(pid, SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def state_pids(self):
+        return {s[0] for s in self.states.values()}
+
+    def from_executor(self):
+        try:
+            message, fds, _, _ = socket.recv_fds(self.ctl, 256, 8)
+        except OSError:
+            os._exit(0)
+        if not message:
+            os._exit(0)  # the executor is gone
+        words = message.split()
+        verb = words[0]
+        if verb == b'CELL':
+            self.start_cell(int(words[1]), int(words[2]), fds)
+        elif verb == b'SIGNAL':
+            cell = self.cell
+            if cell is not None and not cell['ended'] and cell['pid']:
+                try:
+                    os.kill(cell['pid'], int(words[1]))
+                except ProcessLookupError:
+                    pass
+        elif verb in (b'COMMIT', b'ROLLBACK'):
+            self.finish_cell(verb == b'COMMIT')
+        elif verb == b'FORK':
+            self.ctl.send(self.fork(int(words[1]), int(words[2])))
+        elif verb == b'CLOSE':
+            self.close(int(words[1]))
+            self.ctl.send(b'OK')
+            if not self.states:
+                os._exit(0)
+
+    def use_tree(self, number):
+        """Puts this member's files in /tmp (a family shares one scratch mount)."""
+        if self.owner == number:
+            return
+        if self.owner is not None and self.owner in self.states:
+            self.trees[self.owner] = read_tree()
+        clear_tree()
+        write_tree(self.trees.pop(number, []), self.uid)
+        self.owner = number
+
+    def start_cell(self, number, seq, fds):
+        try:
+            if number not in self.states or self.cell is not None:
+                self.ctl.send(b'END %d lost' % seq)
+                return
+            self.use_tree(number)
+            pid, sock = self.states[number]
+            self.cell = {
+                'number': number,
+                'seq': seq,
+                'pid': 0,
+                'ended': False,
+                'lost': False,
+                'candidate': 0,
+                'backup': read_tree(),
+            }
+            try:
+                socket.send_fds(sock, [b'CELL %d' % seq], fds)
+            except OSError:
+                self.lose(number)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def from_state(self, sock):
+        number = next((n for n, s in self.states.items() if s[1] is sock), None)
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 256, 4)
+        except OSError:
+            message, fds = b'', []
+        for fd in fds:  # nothing a state sends carries descriptors
+            os.close(fd)
+        if number is None:
+            return
+        if not message:
+            # Every holder of the socket closed it: the state is gone.
+            self.kill(self.states[number][0])
+            self.lose(number)
+            return
+        words = message.split()
+        try:
+            verb, seq, values = words[0], int(words[1]), [int(w) for w in words[2:]]
+        except (IndexError, ValueError):
+            return
+        protected = self.state_pids() | {1}
+        if verb == b'STATE':
+            if values and values[0] not in protected:
+                self.forked = values[0]
+            return
+        cell = self.cell
+        if cell is None or cell['number'] != number or seq != cell['seq'] or not values:
+            return  # late news of an earlier cell
+        if verb == b'FORKED':
+            if values[0] not in protected:
+                cell['pid'] = values[0]
+            return
+        if cell['ended']:
+            return
+        if verb == b'DONE' and len(values) == 2:
+            cell['ended'] = True
+            cell['candidate'] = values[1] if values[1] not in protected else 0
+            self.ctl.send(b'END %d %d %d' % (seq, values[0], cell['candidate']))
+        elif verb == b'EXIT':
+            cell['ended'] = True
+            cell['candidate'] = 0
+            self.ctl.send(b'END %d %d 0' % (seq, values[0]))
+
+    def finish_cell(self, commit):
+        cell, self.cell = self.cell, None
+        if cell is None:
+            self.ctl.send(b'DONE 1 1')
+            return
+        number = cell['number']
+        candidate = cell['candidate']
+        rolled_back = True
+        if number in self.states:
+            if commit and candidate and alive(candidate):
+                old = self.states[number][0]
+                self.states[number][0] = candidate
+                if old != candidate:
+                    self.kill(old)
+                rolled_back = False
+            else:
+                if candidate and candidate != self.states[number][0]:
+                    self.kill(candidate)
+        self.sweep()
+        if rolled_back and number in self.states:
+            clear_tree()
+            write_tree(cell['backup'], self.uid)
+        self.ctl.send(b'DONE %d %d' % (int(rolled_back), int(number not in self.states)))
+
+    def sweep(self):
+        """Kills every process of the namespace but the init and the states: what a cell left running
+        (children, daemons, the cell itself when it was stopped) never reaches the next cell."""
+        keep = self.state_pids() | {1}
+        for _ in range(100):
+            killed = 0
+            for name in os.listdir('/proc'):
+                if not name.isdigit():
+                    continue
+                pid = int(name)
+                if pid in keep:
+                    continue
+                try:
+                    with open(f'/proc/{pid}/stat', 'rb') as f:
+                        state = f.read().rsplit(b')', 1)[1].split()[0]
+                except OSError:
+                    continue
+                if state in (b'Z', b'X'):
+                    continue
+                self.kill(pid)
+                killed += 1
+            self.reap()
+            keep = self.state_pids() | {1}
+            if not killed:
+                return
+            time.sleep(0.001)
+
+    def fork(self, source, number):
+        if source not in self.states or number in self.states or self.cell is not None:
+            return b'LOST'
+        pid, sock = self.states[source]
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.forked = 0
+        try:
+            socket.send_fds(sock, [b'FORK 0'], [theirs.fileno()])
+        except OSError:
+            return b'LOST'
+        finally:
+            theirs.close()
+        # The state answers with the copy's pid; nothing else runs in the family meanwhile.
+        end = time.perf_counter() + CTL_WAIT
+        while not self.forked and time.perf_counter() < end:
+            ready, _, _ = select.select([sock, self.wake], [], [], end - time.perf_counter())
+            if self.wake in ready:
+                self.reap()
+            if sock in ready:
+                self.from_state(sock)
+            if source not in self.states:
+                break
+        if not self.forked:
+            mine.close()
+            return b'LOST'
+        self.states[number] = [self.forked, mine]
+        self.trees[number] = read_tree() if self.owner == source else list(self.trees.get(source, []))
+        return b'OK'
+
+    def close(self, number):
+        if number not in self.states:
+            return
+        pid, sock = self.states.pop(number)
+        sock.close()
+        self.kill(pid)
+        self.trees.pop(number, None)
+        if self.owner == number:
+            clear_tree()
+            self.owner = None
+
+
+def alive(pid):
+    try:
+        with open(f'/proc/{pid}/stat', 'rb') as f:
+            return f.read().rsplit(b')', 1)[1].split()[0] not in (b'Z', b'X')
+    except OSError:
+        return False
+
+
+# ---- inside the family: states and cells ----------------------------------------------------------
+
+
+def first_state(sock, uid):
+    """Session state number one: a fresh __main__, unprivileged like a stateless call."""
+    # The process limit stays the executor's (nproc + FAMILY_MAX): a family's states count against
+    # its uid's limit too.
+    for which, value in CALL_LIMITS:
+        if which != resource.RLIMIT_NPROC:
+            resource.setrlimit(which, (value, value))
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 'no_new_privs')
+    if SECCOMP_CALL is not None:
+        check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(SECCOMP_CALL[1]), 0, 0), 'seccomp')
+    libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+    main_module = type(sys)('__main__')
+    main_module.__builtins__ = builtins
+    sys.modules['__main__'] = main_module
+    sys.path.insert(0, '')
+    become_state(sock, main_module.__dict__)
+
+
+def become_state(sock, scope):
+    """This process now holds the session: its own process group, not dumpable (no other process of
+    the family may read or write its memory), no descriptors of a cell, waiting for work."""
+    null = os.open('/dev/null', os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass  # a session leader (a cell that became the state) already leads its group
+    state_loop(sock, scope)
+
+
+PR_SET_DUMPABLE = 4
+_recv_fds = socket.recv_fds
+_fork = os.fork
+_waitpid = os.waitpid
+
+
+def state_loop(sock, scope):
+    send = sock.send
+    while True:
+        try:
+            message, fds, _, _ = _recv_fds(sock, 256, 8)
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(0)
+        if not message:
+            os._exit(0)  # the init is gone
+        # A cell that became this state may have left children: the init killed them, their
+        # zombies are this process's to collect (they count against the family's process limit).
+        try:
+            while _waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        words = message.split()
+        if words[0] == b'CELL' and len(fds) == 4:
+            seq = int(words[1])
+            pid = _fork()
+            if pid == 0:
+                cell_main(sock, fds, seq, scope)
+            for fd in fds:
+                os.close(fd)
+            send(b'FORKED %d %d' % (seq, pid))
+            _, status = _waitpid(pid, 0)
+            send(b'EXIT %d %d' % (seq, os.waitstatus_to_exitcode(status)))
+        elif words[0] == b'FORK' and len(fds) == 1:
+            # Through a short-lived middle process, so the copy's parent is the init (which reaps
+            # it) and not this state (which does not reap while it waits).
+            middle = _fork()
+            if middle == 0:
+                copy = _fork()
+                if copy == 0:
+                    os.setpgid(0, 0)
+                    state_loop(socket.socket(fileno=fds[0]), scope)
+                send(b'STATE 0 %d' % copy)
+                os._exit(0)
+            os.close(fds[0])
+            _waitpid(middle, 0)
+        else:
+            for fd in fds:
+                os.close(fd)
+
+
+def guard_program(own):
+    """The per-cell seccomp guard: no signal, rlimit change or pidfd aimed at a process older than
+    the cell (its family's states and init), no signal to all (-1) or to their process groups, no
+    reading or writing another process's memory. The cell's own processes all have larger pids.
+    Guards stack: a state made from a cell keeps its guard, and the next cell adds its own (with a
+    larger threshold), so a session's cells are limited in number (MAX_CELLS)."""
+    LD_W_ABS, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
+    ALLOW, DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
+    # kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_open, prlimit64: first argument a pid
+    checked = (62, 200, 234, 129, 297, 434, 302)
+    denied = (310, 311)  # process_vm_readv, process_vm_writev
+    nc, nd = len(checked), len(denied)
+    first_allow = 4 + nc + nd
+    check_at = first_allow + 1
+    allow, deny = check_at + 4, check_at + 5
+
+    def jump(at, target):
+        return target - (at + 1)
+
+    prog = [(LD_W_ABS, 0, 0, 4), (JEQ, 1, 0, 0xC000003E), (RET, 0, 0, ALLOW), (LD_W_ABS, 0, 0, 0)]
+    for nr in checked:
+        prog.append((JEQ, jump(len(prog), check_at), 0, nr))
+    for nr in denied:
+        prog.append((JEQ, jump(len(prog), deny), 0, nr))
+    prog.append((RET, 0, 0, ALLOW))
+    prog.append((LD_W_ABS, 0, 0, 16))  # args[0], low 32 bits: the target pid
+    prog.append((JEQ, jump(check_at + 1, allow), 0, 0))  # 0: its own process group
+    prog.append((JGE, jump(check_at + 2, deny), 0, (1 << 32) - own + 1))  # -1, groups of older processes
+    prog.append((JGE, jump(check_at + 3, allow), jump(check_at + 3, deny), own))  # itself and younger
+    prog.append((RET, 0, 0, ALLOW))
+    prog.append((RET, 0, 0, DENY))
+    return prog
+
+
+MAX_CELLS = 1000
+
+
+def install_guard(own):
+    if not X86_64:
+        return
+    prog = guard_program(own)
+    array = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
+    fprog = SockFprog(len(prog), array)
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), 'seccomp guard')
+
+
+def cell_main(sock, fds, seq, scope):
+    """One cell, in a process forked from the state: runs the code in the session's scope, then
+    either becomes the new state or leaves a snapshot of itself as the new state."""
+    status = 125
+    try:
+        stdin_fd, out_w, err_w, req_fd = fds
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        chunks = []
+        while True:
+            chunk = os.read(req_fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        limits, mode, code = b''.join(chunks).split(b'\n', 2)
+        timeout, deadline = (float(x) for x in limits.split())
+        os.setsid()
+        install_guard(os.getpid())
+        set_cpu_limit(timeout)
+        reset_streams()
+        signal.signal(TIME_UP, flush_and_exit)
+        signal.setitimer(signal.ITIMER_REAL, max(deadline - time.perf_counter(), 1e-6))
+        status = run_cell(code.decode('utf-8', 'surrogatepass'), mode.decode(), scope, exit_funcs=False)
+    except BaseException:
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+        if status == 125:
+            flush_streams()
+            os._exit(125)
+        status = 1
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(TIME_UP, signal.SIG_DFL)
+    flush_streams()
+    try:
+        threads = len(os.listdir('/proc/self/task'))
+    except OSError:
+        threads = 2
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    # A cell with no other thread and CPU time to spare under its (inherited, unraisable) CPU limit
+    # becomes the state itself; otherwise a fork from this thread holds the state.
+    if threads == 1 and usage.ru_utime + usage.ru_stime < 1.0:
+        candidate = os.getpid()
+    else:
+        try:
+            candidate = _fork()
+        except OSError:
+            os._exit(status)
+        if candidate == 0:
+            become_state(sock, scope)
+    null = os.open('/dev/null', os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    try:
+        sock.send(b'DONE %d %d %d' % (seq, status & 0xFF if status >= 0 else 1, candidate))
+    except OSError:
+        os._exit(status)
+    if candidate == os.getpid():
+        become_state(sock, scope)
+    os._exit(status)
+
+
+def flush_streams():
+    for stream in (sys.stdout, sys.stderr, STREAMS[1], STREAMS[2]):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+
+
+def reset_streams():
+    """Each cell prints to its own pipes through the calls' streams, whatever an earlier cell did to
+    sys.stdout (replaced it, closed it)."""
+    global STREAMS
+    if any(s.closed for s in STREAMS):
+        STREAMS = std_streams()
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = STREAMS
