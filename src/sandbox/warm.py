@@ -85,13 +85,14 @@ def std_streams(data):
     sys.stderr = open(2, 'w', encoding='utf-8', errors='backslashreplace', buffering=1, closefd=False)
 
 
-def timed_cell(req, scope):
-    """Runs the call's code in `scope` under its time limit: (exit status, cost, timed out)."""
+def timed_cell(req, scope, exit_funcs=True):
+    """Runs the call's code in `scope` under its time limit: (exit status, cost, timed out). A
+    session's cell runs no atexit functions (its process lives on as the session, as the sandbox's)."""
     timed_out = False
     started = time.perf_counter()
     signal.setitimer(signal.ITIMER_REAL, max(float(req.get('timeout', 10)), 1e-3))
     try:
-        status = cell.run_cell(req['code'], req.get('mode'), scope)
+        status = cell.run_cell(req['code'], req.get('mode'), scope, exit_funcs)
     except TimeUp:
         timed_out, status = True, 124
     finally:
@@ -289,7 +290,7 @@ def cell_process(req, main, status_w, go_r, cmd_r, ans_w, work, backup):
     """A cell, in its own process forked from the session's holder; never returns."""
     try:
         std_streams(req.get('input', ''))
-        status, cost, timed_out = timed_cell(req, main.__dict__)
+        status, cost, timed_out = timed_cell(req, main.__dict__, exit_funcs=False)
         report = answer(req, status, cost, timed_out)
         report['rolled_back'] = timed_out
         if not timed_out:

@@ -140,7 +140,8 @@ export function warmRunner(
       stderr: firstChars(Buffer.from(a.stderr, 'base64'), outputChars),
     };
     const r = toResult({ type: 'python', solution: call.code, input: call.input }, raw, outputChars);
-    return a.rolled_back === undefined ? r : { ...r, session_rolled_back: a.rolled_back };
+    // As the sandbox answers a session's cell: `session_rolled_back` only on a killed one.
+    return a.rolled_back === true ? { ...r, session_rolled_back: true } : r;
   }
 
   const one = (call: CodeCall, session?: string): Promise<SubmissionResult> =>

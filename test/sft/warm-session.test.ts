@@ -60,8 +60,8 @@ describe('warmRunner sessions: the sandbox cell rules for trusted code', () => {
     assert.deepEqual(
       session.map((r) => [r.run_success, r.stdout, r.session_rolled_back]),
       [
-        [true, '', false],
-        [true, '5 4 8 kept\n', false],
+        [true, '', undefined],
+        [true, '5 4 8 kept\n', undefined],
       ],
     );
     const stateless = await warm.run(calls);
@@ -75,7 +75,7 @@ describe('warmRunner sessions: the sandbox cell rules for trusted code', () => {
       cell('print(y)'),
     ]);
     assert.equal(first.run_success, false);
-    assert.equal(first.session_rolled_back, false);
+    assert.equal(first.session_rolled_back, undefined);
     assert.match(first.stderr ?? '', /^ValueError at line 2: boom/);
     assert.equal(second.stdout, '1\n');
   });
