@@ -9,17 +9,19 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import type { SubmissionResult } from '../../src/records/sandbox.js';
 import { loadProtocol, promptText } from '../../src/rollout/protocol.js';
 import { SESSION_NOTE } from '../../src/rollout/tool-state.js';
 import { resolveInterpreter } from '../../src/sandbox/python.js';
 import { ConversationRenderer } from '../../src/sft/conversation.js';
 import { demonstrations, reuseCalls, split } from '../../src/sft/curriculum/index.js';
-import { type ToolRunner, warmRunner } from '../../src/sft/tool-runner.js';
+import { embeddedRunner, type ToolRunner, warmRunner } from '../../src/sft/tool-runner.js';
 import { ROOT } from '../support/helpers.js';
 
 let dir: string;
 let python: string;
 let warm: ToolRunner;
+let sandbox: ToolRunner;
 
 /** Processes running this suite's own Python (a symlink of its own, so other suites' do not count). */
 function ours(): number {
@@ -43,6 +45,7 @@ before(() => {
 });
 after(async () => {
   await warm.close();
+  await sandbox?.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -113,6 +116,39 @@ describe('warmRunner sessions: the sandbox cell rules for trusted code', () => {
     await warm.runCells([cell('a = 1'), cell('while True:\n    pass'), cell('print(a)')]);
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.equal(ours(), alone);
+  });
+});
+
+describe('warm sessions agree with sandbox-serve sessions', () => {
+  before(async () => {
+    sandbox = await embeddedRunner({ timeoutS: 1 });
+  });
+
+  it('gives every cell the result the sandbox gives it (cost and ids aside)', async () => {
+    const cells = [
+      cell('import math\nx = 6\ndef f(n):\n    return n * x\nopen("notes.txt", "w").write("kept")\nx'),
+      cell('f(7), math.factorial(x), open("notes.txt").read()'),
+      cell('a = 1\nb = 1 / 0\nc = 3'),
+      cell('[name in globals() for name in ("a", "b", "c")]'),
+      cell('import atexit\natexit.register(lambda: print("at exit"))\nprint("registered")'),
+      cell('x = 100\nprint("started")\nwhile True:\n    pass'),
+      cell('print(x, sorted(__import__("os").listdir(".")))'),
+      cell('n = int(input())\nn * 2', '21'),
+      cell('print(n, end="")'),
+      cell('import sys\nsys.exit(3)'),
+      cell('print("still here", n)'),
+    ];
+    const same = (r: SubmissionResult) => ({
+      ...r,
+      cost: undefined,
+      sub_id: undefined,
+      session_id: undefined,
+    });
+    const [a, b] = await Promise.all([sandbox.runCells(cells), warm.runCells(cells)]);
+    assert.equal(b.length, cells.length);
+    for (const [i, c] of cells.entries()) assert.deepEqual(same(b[i]), same(a[i]), c.code);
+    assert.equal(b[5].session_rolled_back, true);
+    assert.equal(b[6].stdout, "6 ['notes.txt']\n");
   });
 });
 
