@@ -20,6 +20,7 @@ import {
   rollout,
   SglangClient,
 } from '../../src/rollout/index.js';
+import { rolloutSteps } from '../../src/rollout/steps.js';
 import { SESSION_NOTE } from '../../src/rollout/tool-state.js';
 import { SandboxClient } from '../../src/sandbox/client.js';
 import { startSandbox } from '../../src/sandbox/embedded.js';
@@ -209,6 +210,61 @@ describe('rollout --tool-state session against the real sandbox-serve', () => {
     await always.close();
   });
 
+  it('replays only the finished cells: a cell killed at its limit is not run again', async () => {
+    const quick = await startSandbox({ workers: 1, timeoutS: 1 });
+    try {
+      const engine = await fake([
+        toolCall('k = 3'),
+        toolCall('k = 99\nwhile True:\n    pass'),
+        toolCall('print(k)'),
+        ANSWER,
+      ]);
+      const client = new WatchedClient(quick.url, { rejectServiceFailures: true });
+      client.lose = (cell) => cell === 3; // lost before the third cell: replay `k = 3` alone
+      const [t] = await collect(
+        rollout(problems(1), {
+          engines: [new SglangClient(engine.url)],
+          sandbox: client,
+          protocol: session,
+          maxTurns: 4,
+        }),
+      );
+      await client.close();
+      assert.equal(t.finish, 'stop', t.text);
+      assert.match(t.text, /reason: worker_timeout/);
+      assert.match(t.text, /Tool call success\nstdout: 3\n/, 'k as the finished cell left it');
+      assert.equal(t.session_replays, 1);
+      assert.equal(client.cells, 3 + 1 + 1, 'three cells, the replay of one, the lost one again');
+    } finally {
+      await quick.close();
+    }
+  });
+
+  it("a step's statistics say session mode and count its rebuilds, with no cache counts", async () => {
+    const engine = await fake(SHARED);
+    const client = watched();
+    client.lose = (cell) => cell === 2;
+    const out = await collect(
+      rolloutSteps(
+        problems(2),
+        {
+          engines: [new SglangClient(engine.url)],
+          sandbox: client,
+          protocol: session,
+          n: 2,
+          toolCache: 'group',
+        },
+        { batch: 2, steps: 1 },
+      ),
+    );
+    await client.close();
+    const end = out.at(-1) as { end_batch?: boolean; stats?: Record<string, unknown> };
+    assert.equal(end.end_batch, true);
+    assert.equal(end.stats?.tool_state, 'session');
+    assert.equal(end.stats?.session_replays, 1);
+    assert.equal(end.stats?.tool_cache, undefined);
+  });
+
   it('never shares a cell result through --tool-cache group', async () => {
     const engine = await fake(SHARED);
     const client = watched();
@@ -239,7 +295,7 @@ describe('rollout --tool-state session against the real sandbox-serve', () => {
     assert.equal(noted.split(SESSION_NOTE).length, 2);
   });
 
-  it('rstar rollout and eval take --tool-state; a bad value is a usage error', async () => {
+  it('rstar rollout, eval and sft-data take --tool-state; a bad value is a usage error', async () => {
     const engine = await fake(SHARED);
     const file = join(dir, 'problems.jsonl');
     writeFileSync(file, ndjson(problems(1)));
@@ -260,6 +316,21 @@ describe('rollout --tool-state session against the real sandbox-serve', () => {
     assert.equal(t.tool_errors, 0);
     const e = await rstar(['eval', ...common, '--n', '1', '--tool-state', 'session']);
     assert.equal(e.code, 0, e.stderr);
+    const sft = await rstar([
+      'sft-data',
+      '--synthetic',
+      'mix',
+      '--train',
+      '30',
+      '--test',
+      '0',
+      '--tool-state',
+      'session',
+    ]);
+    assert.equal(sft.code, 0, sft.stderr);
+    assert.match(sft.stderr, /\d+ reusing a variable of their first call/);
+    const demos = lines<{ text: string }>(sft.stdout);
+    assert.ok(demos.some((d) => d.text.includes('print(value)')));
     const bad = await rstar(['rollout', ...common, '--tool-state', 'sticky']);
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /--tool-state: sticky is not one of stateless, session/);
