@@ -12,27 +12,9 @@
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { fileURLToPath } from 'node:url';
 import { resolveInterpreter } from '../src/sandbox/python.js';
 import { type GuardedServer, startGuardedServer } from '../test/support/guard.js';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-
-function flag(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? Number(process.argv[i + 1]) : fallback;
-}
-
-interface Sub {
-  type: string;
-  solution: string;
-  input?: string;
-}
-interface Res {
-  run_success: boolean;
-  reason: string;
-  stdout: string;
-}
+import { cpuOf, flag, loadMix, type Res, type Sub, streamResults } from './args.js';
 
 async function stream(url: string, subs: Sub[]): Promise<{ seconds: number; results: Res[] }> {
   const body = subs.map((s) => JSON.stringify(s)).join('\n');
@@ -40,12 +22,7 @@ async function stream(url: string, subs: Sub[]): Promise<{ seconds: number; resu
   const response = await fetch(`${url}/run/stream`, { method: 'POST', body });
   const text = await response.text();
   const seconds = (performance.now() - t0) / 1000;
-  const results = text
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as Res);
-  if (results.length !== subs.length) throw new Error(`got ${results.length} results for ${subs.length}`);
-  return { seconds, results };
+  return { seconds, results: streamResults(text, subs.length) };
 }
 
 async function latency(
@@ -145,16 +122,6 @@ function rssMb(pid: number): number {
   }
 }
 
-/** CPU seconds (user + system) of one live process. */
-function cpuOf(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return Number.NaN;
-  }
-}
-
 /** Busy CPU seconds of the whole machine (all processes and kernel threads), from /proc/stat. */
 function machineBusySeconds(): number {
   const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
@@ -198,11 +165,7 @@ async function main(): Promise<void> {
   const latencyN = flag('latency', 300);
   const soakN = flag('soak', 20_000);
   const workers = flag('workers', 0);
-  const mix = readFileSync(`${ROOT}fixtures/tool-calls-sample.jsonl`, 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as Sub & { kind?: string })
-    .map(({ type, solution, input }) => ({ type, solution, input }));
+  const mix = loadMix();
   const log = (line: string) => process.stdout.write(`${line}\n`);
   log(
     `machine: ${availableParallelism()} CPUs, load average ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}`,

@@ -3,8 +3,9 @@
 #   python3-torch + libopenblas0-pthread : the PyTorch backend (CPU) through /usr/bin/python3
 #   redis-server                         : the sandbox's scale-out queue (tests start their own)
 #   bubblewrap                           : namespaces for the sandbox's isolation
+#   chromium                             : the browser the viewer's tests drive (rstar view)
 set -euo pipefail
-packages=(python3-torch libopenblas0-pthread redis-server bubblewrap)
+packages=(python3-torch libopenblas0-pthread redis-server bubblewrap chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -21,6 +21,7 @@ export const COMMANDS: Record<string, string> = {
   'model-init': 'randomly initialised Qwen3-architecture checkpoint (HF layout)',
   doctor: 'what the PyTorch backend finds here: Python, torch build, GPUs, bf16, collectives, FSDP, BLAS',
   schema: 'print the JSON Schema of a record',
+  view: 'browse runs in the browser: curves, steps, trajectories, evaluations; live, or exported',
 };
 
 export interface CommandModule {

@@ -2,11 +2,10 @@ import { createWriteStream } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { UsageError } from '../errors.js';
-import { readPerProblem } from '../eval/bootstrap.js';
 import { plotCurve } from '../eval/curve.js';
 import type { Benchmark, ProblemsFormat } from '../eval/problems.js';
 import { benchmarkName, checkDistinct, loadBenchmark, PROBLEMS_FORMATS } from '../eval/problems.js';
-import { compareReports, type PairedProblems, readReport } from '../eval/report.js';
+import { compareReportFiles } from '../eval/report.js';
 import { openRoller, type Roller } from '../eval/rollout.js';
 import { type BenchmarkResult, evaluateBenchmark, type Sourced, slug, writeReport } from '../eval/run.js';
 import { loadVerifier, type Verifier } from '../eval/verifier.js';
@@ -83,15 +82,7 @@ export async function run(argv: string[]): Promise<void> {
   if (opts.compare) {
     if (opts.compare.length !== 2) throw new UsageError('--compare takes two report.json files: A B');
     const [a, b] = opts.compare;
-    const ra = await readReport(a);
-    const rb = await readReport(b);
-    const paired: PairedProblems = new Map();
-    for (const s of ra.benchmarks) {
-      const pa = await readPerProblem(a, s.benchmark);
-      const pb = pa && (await readPerProblem(b, s.benchmark));
-      if (pa && pb) paired.set(s.benchmark, { a: pa, b: pb });
-    }
-    process.stdout.write(compareReports(ra, rb, [a, b], paired));
+    process.stdout.write(await compareReportFiles(a, b));
     return;
   }
 

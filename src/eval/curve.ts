@@ -2,7 +2,6 @@ import { writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { z } from 'zod';
 import { openInput, parseLine, readLines } from '../ndjson/index.js';
-import { curveSpec, renderSvg } from './plots.js';
 
 /**
  * One point of an RL run's learning curve (`curve.jsonl`, written by recipes/rl.sh and demo.sh): at
@@ -35,6 +34,8 @@ export async function readCurve(file: string): Promise<CurvePoint[]> {
 
 /** Renders FILE (curve.jsonl) to curve.svg beside it; returns the SVG's path. */
 export async function plotCurve(file: string): Promise<string> {
+  // loaded here: vega is heavy, and readers of the schema (rstar view) draw nothing
+  const { curveSpec, renderSvg } = await import('./plots.js');
   const svg = await renderSvg(curveSpec(await readCurve(file)));
   const out = join(dirname(file), 'curve.svg');
   await writeFile(out, svg);

@@ -4,7 +4,7 @@ import { type EvalSummary, Report } from '../records/eval.js';
 export { Report };
 
 import type { EvalProblem } from '../records/eval.js';
-import { compareMetric, type PerProblem } from './bootstrap.js';
+import { compareMetric, type PerProblem, readPerProblem } from './bootstrap.js';
 import type { EvalSummaryRecord } from './metrics.js';
 import { readText } from './problems.js';
 
@@ -236,4 +236,20 @@ export function compareReports(
   const named = labels.map(columnLabel);
   const [la, lb] = named[0] === named[1] ? labels : named;
   return `${table(['benchmark', 'metric', la as string, lb as string, 'Δ', '95% CI of Δ'], rows)}\n${note}`;
+}
+
+/**
+ * `eval --compare A B` of two report.json files: the table of `compareReports`, with intervals
+ * wherever both folders keep their per-problem records (the viewer shows the same table).
+ */
+export async function compareReportFiles(a: string, b: string): Promise<string> {
+  const ra = await readReport(a);
+  const rb = await readReport(b);
+  const paired: PairedProblems = new Map();
+  for (const s of ra.benchmarks) {
+    const pa = await readPerProblem(a, s.benchmark);
+    const pb = pa && (await readPerProblem(b, s.benchmark));
+    if (pa && pb) paired.set(s.benchmark, { a: pa, b: pb });
+  }
+  return compareReports(ra, rb, [a, b], paired);
 }

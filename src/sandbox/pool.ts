@@ -219,11 +219,17 @@ export class LocalPool implements Runner {
   #nextSession = 1;
   #freeSlots: number[] = [];
   #familyUidBase = 10_000_000 + (process.pid % 100_000) * MAX_FAMILIES;
+  /** Calls that can run at once without queueing for a CPU: cores, or the `--cpus` quota. */
+  #cores: number;
 
   constructor(options: SandboxOptions) {
     this.options = options;
     this.isolation = isolationSupport();
     this.#cgroups = cgroupManager(serverTag(process.pid), { cpus: options.cpus });
+    this.#cores = Math.max(
+      1,
+      Math.floor(Math.min(availableParallelism(), options.cpus ?? Number.POSITIVE_INFINITY)),
+    );
     this.metrics.gauges = () => ({
       queueDepth: this.queued,
       inflight: this.#inflight,
@@ -354,7 +360,11 @@ export class LocalPool implements Runner {
     });
   }
 
-  /** The oldest job this executor can run: heavy executors run both kinds, light ones light code only. */
+  /**
+   * The job this executor runs next: a light executor the oldest light job; a heavy one the oldest
+   * heavy job, else light code only when a core would otherwise stay idle. With no light executors
+   * (one worker), or without an executor (closing), the oldest job of either kind.
+   */
   #take(executor?: Executor): Job | undefined {
     const heavy = this.#heavy.peek();
     const light = this.#light.peek();
@@ -368,9 +378,11 @@ export class LocalPool implements Runner {
     }
     let job: Job | undefined;
     if (executor && !executor.config.heavy) job = this.#light.shift();
-    else if (heavy && (!light || heavy.enqueued <= light.enqueued)) job = this.#heavy.shift();
-    else if (!executor || this.#lightCount === 0) {
-      // Light code would cost a heavy executor twice the CPU; light executors take it.
+    else if (heavy && ((executor && this.#lightCount > 0) || !light || heavy.enqueued <= light.enqueued))
+      job = this.#heavy.shift();
+    else if (!executor || this.#lightCount === 0 || this.#inflight < this.#cores) {
+      // Light code costs a heavy executor ~1.5-2x the CPU, so a heavy executor takes it only when
+      // the light ones are all busy (they are offered work first) and a core is free.
       job = this.#light.shift();
     }
     if (job && !job.long) this.#shortQueued -= 1;
@@ -384,6 +396,7 @@ export class LocalPool implements Runner {
       let job = this.#take(executor);
       const now = performance.now();
       while (job && job.deadline < now) {
+        if (job.session) job.session.pending -= 1;
         job.resolve(failure(job.submission, 'queue_timeout', (now - job.enqueued) / 1000));
         job = this.#take(executor);
       }

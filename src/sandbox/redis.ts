@@ -600,9 +600,11 @@ export class RedisRunner implements Runner {
     const result = await this.#pool.submit(submission, true);
     const attempts = Number(message.attempts ?? '0') + 1;
     if ((result.reason === 'internal_error' && attempts < 3) || result.reason === 'queue_timeout') {
-      // Not a real answer (this worker is shutting down or its executor died): let another try.
+      // Not a real answer (this worker is shutting down or its executor died): let another try. A
+      // server that is closing gives the call back too (close() waits for this before it leaves the
+      // group), so it leaves no pending entry and so no consumer behind.
       await this.#client.del(this.#stateKey(id));
-      if (!this.#closing) await ack().then(() => this.#requeue({ ...message, attempts: String(attempts) }));
+      await ack().then(() => this.#requeue({ ...message, attempts: String(attempts) }));
       return;
     }
     await this.#client.set(resultKey, JSON.stringify(result), { NX: true, EX: this.#resultTtlS });

@@ -318,16 +318,7 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
         if flags & FLAG_LOST:
             drop_family_member(family, number)
         # Every writer of the pipes is dead now (the init swept them): the rest drains quickly.
-        grace_end = time.perf_counter() + 0.5
-        while open_fds:
-            left = grace_end - time.perf_counter()
-            if left <= 0:
-                break
-            ready, _, _ = select.select(open_fds, [], [], left)
-            if not ready:
-                break
-            for fd in ready:
-                read_output(fd)
+        output.drain(time.perf_counter() + 0.5)
     finally:
         os.close(out_r)
         os.close(err_r)
@@ -369,13 +360,7 @@ def family_main(ctl, uid, number, files_fd):
                 except OSError:
                     pass
         libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
-        check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), 'unshare(mount, ipc)')
-        check(MOUNT(b'none', b'/', None, MS_REC | MS_PRIVATE, None), 'make-private')
-        check(MOUNT(b'tmpfs', b'/tmp', b'tmpfs', MS_NOSUID | MS_NODEV, SCRATCH_OPTS), 'mount scratch')
-        check(MOUNT(b'proc', b'/proc', b'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC, None), 'mount proc')
-        if HAS_SHM:
-            check(MOUNT(b'tmpfs', b'/dev/shm', b'tmpfs', MS_NOSUID | MS_NODEV, b'size=16m,nr_inodes=64,mode=1777'), 'mount shm')
-        os.chdir('/tmp')
+        private_scratch()
         blob = b''
         while True:
             chunk = os.read(files_fd, 1 << 20)

@@ -276,6 +276,20 @@ class Output:
         self.total += got
         return passed
 
+    def drain(self, until):
+        """Reads what the pipes still hold, until EOF or `until`; True when that passed the limit."""
+        passed = False
+        while self.open:
+            left = until - time.perf_counter()
+            if left <= 0:
+                break
+            ready, _, _ = select.select(self.open, [], [], left)
+            if not ready:
+                break
+            for fd in ready:
+                passed = self.read(fd) or passed
+        return passed
+
 
 def read_into(view, n):
     """Fills view[:n] from the control pipe; False at EOF."""
@@ -384,17 +398,23 @@ if AS_LIMIT > 0:
     CALL_LIMITS.append((resource.RLIMIT_AS, AS_LIMIT))
 
 
+def private_scratch():
+    """A mount and IPC namespace of this process's own: a fresh tmpfs on /tmp (the working directory)
+    and /dev/shm, a /proc of its PID namespace. (A fresh IPC namespace too: SysV shared memory and
+    message queues would outlive the call.)"""
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), 'unshare(mount, ipc)')
+    check(MOUNT(b'none', b'/', None, MS_REC | MS_PRIVATE, None), 'make-private')
+    check(MOUNT(b'tmpfs', b'/tmp', b'tmpfs', MS_NOSUID | MS_NODEV, SCRATCH_OPTS), 'mount scratch')
+    check(MOUNT(b'proc', b'/proc', b'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC, None), 'mount proc')
+    if HAS_SHM:
+        check(MOUNT(b'tmpfs', b'/dev/shm', b'tmpfs', MS_NOSUID | MS_NODEV, b'size=16m,nr_inodes=64,mode=1777'), 'mount shm')
+    os.chdir('/tmp')
+
+
 def enter_sandbox(scratch):
     """Runs in the child before user code; any failure ends the call as internal_error (exit 125)."""
     if ISOLATE:
-        # A fresh IPC namespace too: SysV shared memory and message queues would outlive the call.
-        check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), 'unshare(mount, ipc)')
-        check(MOUNT(b'none', b'/', None, MS_REC | MS_PRIVATE, None), 'make-private')
-        check(MOUNT(b'tmpfs', b'/tmp', b'tmpfs', MS_NOSUID | MS_NODEV, SCRATCH_OPTS), 'mount scratch')
-        check(MOUNT(b'proc', b'/proc', b'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC, None), 'mount proc')
-        if HAS_SHM:
-            check(MOUNT(b'tmpfs', b'/dev/shm', b'tmpfs', MS_NOSUID | MS_NODEV, b'size=16m,nr_inodes=64,mode=1777'), 'mount shm')
-        os.chdir('/tmp')  # the scratch tmpfs just mounted
+        private_scratch()
     else:
         os.setsid()
         os.chdir(scratch)
@@ -667,23 +687,14 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode, files_len=0
     output_exceeded = False
     exited_at = None
     try:
-        while open_fds:
+        while open_fds and exited_at is None:
             now = time.perf_counter()
-            if exited_at is None:
-                wait = deadline - now
-                if wait <= 0:
-                    exited_at = now
-                    stop_at_limit(pid, pidfd)
-                    continue
-                ready, _, _ = select.select(open_fds + [pidfd], [], [], wait)
-            else:
-                # The call is over; whatever is still buffered in the pipes is drained briefly.
-                grace = exited_at + 0.5 - now
-                if grace <= 0:
-                    break
-                ready, _, _ = select.select(open_fds, [], [], grace)
-                if not ready:
-                    break
+            wait = deadline - now
+            if wait <= 0:
+                exited_at = now
+                stop_at_limit(pid, pidfd)
+                break
+            ready, _, _ = select.select(open_fds + [pidfd], [], [], wait)
             for fd in ready:
                 if fd == pidfd:
                     exited_at = time.perf_counter()
@@ -696,6 +707,9 @@ def execute(call_id, code_len, input_len, keep_bytes, timeout, mode, files_len=0
                     exited_at = time.perf_counter()
         if exited_at is None:
             exited_at = time.perf_counter()
+        # The call is over; whatever is still buffered in the pipes is drained briefly.
+        if output.drain(exited_at + 0.5):
+            output_exceeded = True
         _, status = os.waitpid(pid, 0)
     finally:
         child.close()

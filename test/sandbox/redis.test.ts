@@ -203,12 +203,7 @@ describe('sandbox-serve --redis: what a SIGKILLed server leaves is cleaned up', 
     assert.deepEqual(serverCgroupDirs(b.pid!), []);
   });
 
-  // todo: flaky (2 of 4 full runs): a server's clean exit sometimes leaves its consumer in the group
-  // (it still holds a pending entry when it leaves); it runs and reports, but does not fail the suite
-  // until that is fixed.
-  test('with no survivor, the next server to start cleans up; a clean exit leaves the group', {
-    todo: 'a clean exit sometimes keeps its consumer (a pending entry it still holds)',
-  }, async () => {
+  test('with no survivor, the next server to start cleans up; a clean exit leaves the group', async () => {
     const [a] = servers;
     await a.stop();
     await waitFor('A left the group on a clean exit', async () => (await consumers()).length === 0);
@@ -228,5 +223,66 @@ describe('sandbox-serve --redis: what a SIGKILLed server leaves is cleaned up', 
     // D took C's call over at start: it joined the group by running it, and C is gone from it.
     await waitFor('C removed, D joined', async () => (await consumers()).join() === String(d.pid));
     await waitFor("C's call ran", async () => (await watcher.xLen('rstar:sandbox:jobs')) === 0);
+  });
+});
+
+describe('sandbox-serve --redis: a session lives on one server, its calls reach it from any', () => {
+  let redis: ChildServer;
+  let a: GuardedServer;
+  let b: GuardedServer;
+  before(async () => {
+    const port = await freePort();
+    redis = await startRedis(port);
+    const args = ['--workers', '1', '--tool-timeout', '2', '--redis', `redis://127.0.0.1:${port}`];
+    [a, b] = await Promise.all([startGuardedServer(args), startGuardedServer(args)]);
+  });
+  after(async () => {
+    await Promise.all([a?.stop(), b?.stop()]);
+    await redis?.stop();
+  });
+
+  const post = async (url: string, path: string, body: unknown = {}) => {
+    const response = await fetch(`${url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    return { status: response.status, body: (await response.json()) as Record<string, string> };
+  };
+
+  test('cells, fork and close sent to the other server are sticky to the owner', async () => {
+    const made = await post(a.url, '/sessions');
+    assert.equal(made.status, 200);
+    const id = made.body.session_id;
+    const cellsBefore = await metric(a.url, /rstar_sandbox_calls_total\{reason=""\} (\d+)/);
+    let [r] = await batch(b.url, [{ type: 'python', solution: 'x = 41', session_id: id }]);
+    assert.equal(r.reason, '');
+    [r] = await batch(b.url, [{ type: 'python', solution: 'x + 1', session_id: id }]);
+    assert.equal(r.stdout, '42\n');
+    // Both cells ran on A, where the session lives.
+    assert.ok((await metric(a.url, /rstar_sandbox_calls_total\{reason=""\} (\d+)/)) >= cellsBefore + 2);
+    const copy = await post(b.url, `/sessions/${encodeURIComponent(id)}/fork`);
+    assert.equal(copy.status, 200);
+    [r] = await batch(a.url, [{ type: 'python', solution: 'x * 2', session_id: copy.body.session_id }]);
+    assert.equal(r.stdout, '82\n');
+    const closed = await fetch(`${b.url}/sessions/${encodeURIComponent(id)}`, { method: 'DELETE' });
+    assert.equal(closed.status, 200);
+    [r] = await batch(b.url, [{ type: 'python', solution: 'x', session_id: id }]);
+    assert.equal(r.reason, 'session_not_found');
+  });
+
+  test('a server that dies loses its sessions: calls to them get the expired answer, nothing else', async () => {
+    const id = (await post(b.url, '/sessions')).body.session_id;
+    const [first] = await batch(a.url, [{ type: 'python', solution: 'y = 1', session_id: id }]);
+    assert.equal(first.reason, '');
+    await b.stop('SIGKILL');
+    const t0 = performance.now();
+    const [r, plain] = await batch(a.url, [
+      { type: 'python', solution: 'y', session_id: id },
+      { type: 'python', solution: 'print(7)' },
+    ]);
+    assert.equal(r.reason, 'session_not_found');
+    assert.equal(plain.stdout, '7\n');
+    assert.ok(performance.now() - t0 < 8000, 'answered once the owner is known dead');
   });
 });

@@ -118,6 +118,21 @@ describe('stateful sessions (sandbox-serve, real processes)', () => {
     await client.closeSession(s);
   });
 
+  test('a fork bomb in a cell: stopped by the family limit, swept, the session and its neighbours unharmed', async () => {
+    const [s, other] = await Promise.all([client.createSession(), client.createSession()]);
+    await Promise.all([cell(s, 'x = 1'), cell(other, 'y = 2')]);
+    const r = await cell(
+      s,
+      'import os, time\nx = 99\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)',
+    );
+    assert.equal(r.reason, 'worker_timeout');
+    assert.equal(r.session_rolled_back, true);
+    assert.equal((await cell(s, 'x')).stdout, '1\n');
+    assert.equal((await cell(other, 'y')).stdout, '2\n');
+    await Promise.all([client.closeSession(s), client.closeSession(other)]);
+    assert.equal(await server.steadyCount(), baseline);
+  });
+
   test('fork: a copy of the state that goes its own way (variables and files)', async () => {
     const s = await client.createSession({ files: { 'data.txt': b64('1,2,3') } });
     await cell(s, 'import numpy as np\nv = np.array([int(x) for x in open("data.txt").read().split(",")])');

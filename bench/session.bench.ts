@@ -1,0 +1,202 @@
+/**
+ * `npm run bench:session`: what a stateful session costs, against a stateless call of the same code,
+ * on one `sandbox-serve` (started here inside a guard cgroup).
+ *  - latency: a cell in a session vs a stateless call, one at a time, same code (trivial, numpy,
+ *    sympy); p50/p90 and the ratio;
+ *  - holding: N concurrent sessions, each holding numpy and sympy state: unique memory (Private
+ *    pages, smaps_rollup) per idle session, and the workers' cgroup memory;
+ *  - soak: C cells over rotating sessions (closed and replaced as they go), memory sampled as it
+ *    runs: it must stay flat.
+ * Flags: --latency N  --sessions N  --soak N  --workers N
+ * Figures are wall-clock on whatever else the machine runs: pessimistic under load.
+ */
+import { readFileSync } from 'node:fs';
+import { SandboxClient } from '../src/sandbox/client.js';
+import { startGuardedServer } from '../test/support/guard.js';
+
+function flag(name: string, fallback: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : fallback;
+}
+
+const quantile = (xs: number[], q: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))];
+};
+
+/** Unique (private) bytes of a process: what it does not share with the warm interpreter. */
+function privateBytes(pid: number): number {
+  try {
+    const text = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+    let kb = 0;
+    for (const m of text.matchAll(/^Private_(?:Clean|Dirty):\s+(\d+) kB/gm)) kb += Number(m[1]);
+    return kb * 1024;
+  } catch {
+    return 0;
+  }
+}
+
+/** The sandbox's worker cgroups' memory counters (v1), summed. */
+function cgroupBytes(serverPid: number | undefined): number {
+  const line = readFileSync(`/proc/${serverPid}/cgroup`, 'utf8')
+    .split('\n')
+    .find((l) => l.split(':')[1] === 'memory');
+  if (!line) return Number.NaN;
+  try {
+    const dir = `/sys/fs/cgroup/memory${line.split(':')[2]}`;
+    return Number(readFileSync(`${dir}/memory.usage_in_bytes`, 'utf8'));
+  } catch {
+    return Number.NaN;
+  }
+}
+
+const MB = 1024 * 1024;
+const CODE = {
+  trivial: 'x = 5\nx',
+  numpy: 'import numpy as np\na = np.arange(100).reshape(10, 10)\nint(a.trace())',
+  sympy: 'import sympy as sp\nx = sp.Symbol("x")\nsp.factor(x**4 - 1)',
+};
+
+async function main() {
+  const workers = flag('workers', 2);
+  const latencyN = flag('latency', 200);
+  const holding = flag('sessions', 256);
+  const soakCells = flag('soak', 20_000);
+  const server = await startGuardedServer(
+    [
+      '--workers',
+      String(workers),
+      '--max-sessions',
+      String(Math.max(holding, 64) + 16),
+      '--session-memory',
+      '12288',
+    ],
+    { maxPids: 4096, memoryBytes: 20 * 1024 ** 3 },
+  );
+  const client = new SandboxClient(server.url, { rejectServiceFailures: true });
+  try {
+    // Warm-up: every executor has forked once.
+    await Promise.all(
+      Array.from({ length: workers * 2 }, () => client.run({ type: 'python', solution: '1' })),
+    );
+    console.log(`sandbox-serve --workers ${workers}\n`);
+    console.log(
+      '| code | stateless p50 | session cell p50 | ratio | stateless p90 | session cell p90 | CPU per call: stateless | session cell | ratio |',
+    );
+    console.log('|---|---|---|---|---|---|---|---|---|');
+    for (const [name, code] of Object.entries(CODE)) {
+      const session = await client.createSession();
+      await client.run({ type: 'python', solution: code, session_id: session });
+      const stateless: number[] = [];
+      const cells: number[] = [];
+      // Wall time interleaved, so both see the same load; CPU time (everything in the guard, the
+      // server included) per kind, which the machine's other load does not inflate.
+      let cpuStateless = 0;
+      let cpuCells = 0;
+      for (let i = 0; i < latencyN; i += 1) {
+        let c0 = server.cpuSeconds();
+        let t0 = performance.now();
+        await client.run({ type: 'python', solution: code });
+        stateless.push(performance.now() - t0);
+        // The stateless executor forks the next call's child right after answering: its CPU counts.
+        await new Promise((r) => setTimeout(r, 5));
+        cpuStateless += server.cpuSeconds() - c0;
+        c0 = server.cpuSeconds();
+        t0 = performance.now();
+        const r = await client.run({ type: 'python', solution: code, session_id: session });
+        cells.push(performance.now() - t0);
+        await new Promise((r) => setTimeout(r, 5));
+        cpuCells += server.cpuSeconds() - c0;
+        if (r.reason !== '') throw new Error(`cell failed: ${JSON.stringify(r)}`);
+      }
+      await client.closeSession(session);
+      const a = quantile(stateless, 0.5);
+      const b = quantile(cells, 0.5);
+      console.log(
+        `| ${name} | ${a.toFixed(1)} ms | ${b.toFixed(1)} ms | ${(b / a).toFixed(2)}x | ${quantile(stateless, 0.9).toFixed(1)} ms | ${quantile(cells, 0.9).toFixed(1)} ms | ${((cpuStateless / latencyN) * 1000).toFixed(1)} ms | ${((cpuCells / latencyN) * 1000).toFixed(1)} ms | ${(cpuCells / cpuStateless).toFixed(2)}x |`,
+      );
+    }
+
+    const before = server.pids().reduce((sum, pid) => sum + privateBytes(pid), 0);
+    const cgBefore = cgroupBytes(server.pid);
+    const ids: string[] = [];
+    const t0 = performance.now();
+    for (let i = 0; i < holding; i += 16) {
+      const batch = await Promise.all(
+        Array.from({ length: Math.min(16, holding - i) }, () => client.createSession()),
+      );
+      await Promise.all(
+        batch.map((s) =>
+          client.run({
+            type: 'python',
+            session_id: s,
+            solution:
+              'import numpy as np, sympy as sp\nA = np.random.default_rng(1).random((60, 60))\n' +
+              'x = sp.Symbol("x")\ne = sp.expand((x + 1) ** 30)\nroots = sp.solve(x**2 - 2, x)\nlen(str(e))',
+          }),
+        ),
+      );
+      ids.push(...batch);
+    }
+    const made = (performance.now() - t0) / 1000;
+    const after = server.pids().reduce((sum, pid) => sum + privateBytes(pid), 0);
+    const cgAfter = cgroupBytes(server.pid);
+    const health = (await (await fetch(`${server.url}/health`)).json()) as { sessions: number };
+    console.log(
+      `\n${holding} sessions holding numpy + sympy state (made in ${made.toFixed(1)} s; server says ${health.sessions}):`,
+    );
+    console.log(
+      `  unique memory per idle session: ${((after - before) / holding / MB).toFixed(2)} MiB (private pages of every process in the guard, before: ${(before / MB).toFixed(0)} MiB, after: ${(after / MB).toFixed(0)} MiB)`,
+    );
+    console.log(
+      `  cgroup memory: ${(cgBefore / MB).toFixed(0)} -> ${(cgAfter / MB).toFixed(0)} MiB (${((cgAfter - cgBefore) / holding / MB).toFixed(2)} MiB per session, page cache included)`,
+    );
+    // Every session still answers from its own state.
+    const check = await Promise.all(
+      ids.map((s) => client.run({ type: 'python', solution: 'A.shape, len(roots)', session_id: s })),
+    );
+    const good = check.filter((r) => r.stdout === '((60, 60), 2)\n').length;
+    console.log(`  ${good}/${ids.length} sessions answered from their own state`);
+    await Promise.all(ids.map((s) => client.closeSession(s)));
+
+    // Soak: 64 sessions rotating; every 40 cells one is closed and replaced.
+    const live: string[] = await Promise.all(Array.from({ length: 64 }, () => client.createSession()));
+    const samples: string[] = [];
+    let done = 0;
+    let failed = 0;
+    const t1 = performance.now();
+    while (done < soakCells) {
+      const round = await Promise.all(
+        live.map((s, i) =>
+          client.run({
+            type: 'python',
+            session_id: s,
+            solution: `n = globals().get("n", 0) + 1\nhist = globals().get("hist", []) + [${i}] * 10\nn`,
+          }),
+        ),
+      );
+      failed += round.filter((r) => r.reason !== '').length;
+      done += round.length;
+      for (let k = 0; k < 2; k += 1) {
+        const i = Math.floor(Math.random() * live.length);
+        await client.closeSession(live[i]);
+        live[i] = await client.createSession();
+      }
+      if (samples.length === 0 || done % 2048 < live.length) {
+        const mem = server.pids().reduce((sum, pid) => sum + privateBytes(pid), 0);
+        samples.push(`${done}: ${(mem / MB).toFixed(0)} MiB, ${server.pids().length} procs`);
+      }
+    }
+    await Promise.all(live.map((s) => client.closeSession(s)));
+    const rate = done / ((performance.now() - t1) / 1000);
+    console.log(`\nsoak: ${done} cells over rotating sessions, ${rate.toFixed(0)} cells/s, ${failed} failed`);
+    for (const s of samples) console.log(`  ${s}`);
+    const end = await server.steadyCount();
+    console.log(`  processes after closing every session: ${end}`);
+  } finally {
+    await client.close();
+    await server.stop();
+  }
+}
+
+await main();

@@ -1,0 +1,116 @@
+import { existsSync, statSync } from 'node:fs';
+import { basename, resolve } from 'node:path';
+import { DataError, UsageError } from '../errors.js';
+import { writeReadyFile } from '../process/serve.js';
+import { integer, number, parse, program } from '../program.js';
+import { listen } from '../sandbox/server.js';
+import { findTokenizer } from '../view/api.js';
+import { exportRuns } from '../view/export.js';
+import { RunIndex } from '../view/run-index.js';
+import { createViewServer } from '../view/server.js';
+import { TokenTexts } from '../view/tokens.js';
+
+const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
+
+interface Options {
+  host: string;
+  port: number;
+  viewToken?: string;
+  poll: number;
+  tokenizer?: string;
+  export?: string;
+  readyFile?: string;
+}
+
+/**
+ * Opens each RUN folder (its layout and small files); one that is not a folder or holds no records
+ * stops the command, named. Trajectories are indexed by `indexRuns`.
+ */
+async function openRuns(paths: string[]): Promise<RunIndex[]> {
+  const names = paths.map((p) => basename(resolve(p)));
+  const runs: RunIndex[] = [];
+  for (const [i, path] of paths.entries()) {
+    if (!existsSync(path) || !statSync(path).isDirectory()) throw new DataError(`${path}: not a run folder`);
+    // two runs of the same folder name (runs/a/rl, runs/b/rl) are told apart by their paths
+    const name = names.filter((n) => n === names[i]).length > 1 ? path : names[i];
+    const ix = new RunIndex(name, resolve(path));
+    await ix.refresh({ rows: false });
+    if (!ix.recognised) {
+      throw new DataError(
+        `${path}: no run records found (steps.jsonl, rollout-steps.jsonl, trajectories/step-K.jsonl or an eval's report.json)`,
+      );
+    }
+    runs.push(ix);
+  }
+  return runs;
+}
+
+/** Indexes every run's trajectories, logging each run's count, time and unreadable lines. */
+async function indexRuns(runs: RunIndex[], log: (line: string) => void): Promise<void> {
+  for (const ix of runs) {
+    const t0 = performance.now();
+    await ix.refresh();
+    const ms = Math.round(performance.now() - t0);
+    log(
+      `view: ${ix.name}: ${ix.rows.length} trajectories, ${ix.evals.size} evaluations, indexed in ${ms} ms`,
+    );
+    if (ix.issueCount > 0) {
+      const first = ix.issues[0];
+      log(
+        `view: ${ix.name}: ${ix.issueCount} unreadable lines (in the page), first ${first.where}: ${first.message}`,
+      );
+    }
+  }
+}
+
+export async function run(argv: string[]): Promise<void> {
+  const cmd = program('view', 'browse runs in the browser: curves, steps, trajectories, evaluations, live')
+    .argument('<run...>', 'run folders: the main job (runs/demo), an rl.sh stage, or an eval --out folder')
+    .option('--host <host>', 'bind address (non-loopback requires --view-token)', '127.0.0.1')
+    .option('--port <n>', 'port (0 = any free port)', integer(0, 65535), 8090)
+    .option(
+      '--view-token <token>',
+      'require this token of the page (env RSTAR_VIEW_TOKEN); printed in the URL',
+    )
+    .option('--poll <s>', 'seconds between looks at the run folders for new records', number(0.05, 3600), 1)
+    .option('--tokenizer <dir>', "tokenizer for the log-prob shading (default: the run's sft/ckpt)")
+    .option('--export <dir>', 'write a static copy (page + data) that opens from disk, then exit')
+    .option('--ready-file <file>', 'write the URL to FILE once listening (for scripts)');
+  if (!parse(cmd, argv)) return;
+  const o = cmd.opts<Options>();
+  const log = (line: string) => process.stderr.write(`${line}\n`);
+  const token = o.viewToken ?? process.env.RSTAR_VIEW_TOKEN;
+  if (!LOOPBACK.has(o.host) && !token)
+    throw new UsageError(`binding ${o.host} (not loopback) requires --view-token`);
+  const runs = await openRuns(cmd.args);
+  if (o.export !== undefined) {
+    await indexRuns(runs, log);
+    const n = await exportRuns(runs, o.export);
+    log(`view: wrote ${o.export}/index.html (${runs.length} runs, ${n} trajectories)`);
+    return;
+  }
+  const tokens = new TokenTexts(
+    runs.map((r) => o.tokenizer ?? findTokenizer(r.root)),
+    log,
+  );
+  const view = createViewServer({ runs, token, pollMs: o.poll * 1000, tokens, log });
+  let onStop = () => {};
+  const stopped = new Promise<void>((done) => {
+    onStop = done;
+  });
+  process.on('SIGTERM', onStop).on('SIGINT', onStop);
+  try {
+    const address = await listen(view.server, o.host, o.port);
+    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+    const url = `http://${host}:${address.port}/${token ? `?token=${encodeURIComponent(token)}` : ''}`;
+    log(`listening on ${url}`);
+    if (o.readyFile) writeReadyFile(o.readyFile, url);
+    // The overview needs only the small files, read above; the trajectories are indexed now, while
+    // the page already works, and reach it as a live update.
+    indexRuns(runs, log).catch((error: Error) => log(`view: indexing failed: ${error.message}`));
+    await stopped;
+  } finally {
+    process.off('SIGTERM', onStop).off('SIGINT', onStop);
+    await view.close();
+  }
+}

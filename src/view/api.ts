@@ -1,0 +1,335 @@
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join, relative } from 'node:path';
+import { compareReportFiles } from '../eval/report.js';
+import type { IndexedRow, RunIndex } from './run-index.js';
+import { readRange } from './tail.js';
+import { splitTurns } from './turns.js';
+
+/**
+ * The JSON the page reads, one function per route. The server answers them live; `--export`
+ * writes the same payloads to files, so the page has one data shape in both modes.
+ */
+
+/** The rows' columns, in the order `rowsPayload` sends each row's values (a table, not objects: ~2x smaller). */
+export const ROW_COLUMNS = [
+  'n',
+  'id',
+  'problem_id',
+  'sample',
+  'step',
+  'eval',
+  'family',
+  'reward',
+  'finish',
+  'turns',
+  'tool_calls',
+  'tool_errors',
+  'answer_tags',
+  'answer',
+  'tokens',
+  'model_tokens',
+  'policy_version',
+  'turn_versions',
+  'roc',
+  'roc_outcome',
+  'penalty_tool',
+  'penalty_format',
+] as const;
+
+function rowValues(r: IndexedRow): unknown[] {
+  return [
+    r.n,
+    r.id,
+    r.problem_id,
+    r.sample,
+    r.step,
+    r.eval,
+    r.family,
+    r.reward,
+    r.finish,
+    r.turns,
+    r.tool_calls,
+    r.tool_errors,
+    r.answer_tags,
+    r.answer,
+    r.tokens,
+    r.model_tokens,
+    r.policy_version,
+    r.turn_versions,
+    r.roc,
+    r.roc_outcome,
+    r.penalty.tool_error,
+    r.penalty.format,
+  ];
+}
+
+export function runsPayload(runs: readonly RunIndex[]) {
+  return runs.map((ix, i) => ({
+    index: i,
+    name: ix.name,
+    root: ix.root,
+    version: ix.version,
+    generation: ix.generation,
+    rows: ix.rows.length,
+    indexed: ix.indexed,
+    steps: stepNumbers(ix).length,
+    evals: [...ix.evals.keys()],
+    issues: ix.issues,
+    issueCount: ix.issueCount,
+  }));
+}
+
+function stepNumbers(ix: RunIndex): number[] {
+  const steps = new Set<number>();
+  for (const m of ix.steps.values()) for (const k of m.keys()) steps.add(k);
+  for (const m of ix.rollout.values()) for (const k of m.keys()) steps.add(k);
+  for (const t of ix.layout.trajectories) steps.add(t.step);
+  return [...steps].sort((a, b) => a - b);
+}
+
+type Point = Record<string, unknown> & { step: number };
+
+/** train-step's figures the overview plots (absent ones become null). */
+const STEP_FIELDS = [
+  'loss',
+  'pg_clipfrac',
+  'approx_kl',
+  'rollout_kl',
+  'entropy',
+  'grad_norm',
+  'lr',
+  'sequences',
+  'tis_capped_frac',
+  'logprob_mismatch',
+  'skipped',
+];
+/** rollout's statistics of a step (its end_batch line). */
+const ROLLOUT_FIELDS = [
+  'problems',
+  'trajectories',
+  'mean_reward',
+  'mixed_groups',
+  'rounds',
+  'policy_version',
+  'turns_by_version',
+  'tool_cache',
+  'wait_seconds',
+];
+
+function pick(record: object, keys: readonly string[]): Record<string, unknown> {
+  const r = record as Record<string, unknown>;
+  return Object.fromEntries(keys.map((k) => [k, r[k] ?? null]));
+}
+
+/** One point per RL step: train-step's figures, rollout's statistics, and the trajectories' means. */
+export function overviewPayload(ix: RunIndex) {
+  const points = new Map<number, Point>();
+  const at = (step: number): Point => {
+    let p = points.get(step);
+    if (!p) {
+      p = { step, stage: ix.stageAt(step) };
+      points.set(step, p);
+    }
+    return p;
+  };
+  for (const step of stepNumbers(ix)) at(step);
+  for (const m of ix.steps.values()) {
+    for (const [k, s] of m) {
+      Object.assign(at(k), pick(s, STEP_FIELDS), { train_tokens: s.tokens, train_seconds: s.seconds });
+    }
+  }
+  for (const m of ix.rollout.values()) {
+    for (const [k, s] of m) {
+      Object.assign(at(k), pick(s, ROLLOUT_FIELDS), {
+        generate_seconds: Math.max(0, s.seconds - s.wait_seconds),
+      });
+    }
+  }
+  const heldout: { step: number; value: number; eval: string }[] = [];
+  for (const list of ix.curves.values()) {
+    for (const c of list) {
+      if (c.train_reward !== undefined) at(c.step).train_reward = c.train_reward;
+      if (c['heldout_avg@n'] !== undefined) {
+        heldout.push({ step: c.step, value: c['heldout_avg@n'], eval: c.eval ?? '' });
+      }
+    }
+  }
+  const sums = new Map<number, Record<string, number>>();
+  for (const r of ix.rows) {
+    if (r.eval !== null || r.step === null) continue;
+    let s = sums.get(r.step);
+    if (!s) {
+      s = { n: 0, reward: 0, tokens: 0, calls: 0, errors: 0, format: 0, kept: 0, dropped: 0, truncated: 0 };
+      sums.set(r.step, s);
+    }
+    s.n += 1;
+    s.reward += r.reward;
+    s.tokens += r.tokens;
+    s.calls += r.tool_calls;
+    s.errors += r.tool_errors;
+    if (r.answer_tags === 0 || r.answer === null) s.format += 1;
+    if (r.finish === 'length' || r.finish === 'tool_overflow') s.truncated += 1;
+    if (r.roc === 'kept') s.kept += 1;
+    if (r.roc === 'dropped') s.dropped += 1;
+  }
+  for (const [k, s] of sums) {
+    Object.assign(at(k), {
+      indexed: s.n,
+      traj_reward: s.reward / s.n,
+      response_tokens: s.tokens / s.n,
+      tool_calls_per_traj: s.calls / s.n,
+      tool_errors_per_traj: s.errors / s.n,
+      format_violation_share: s.format / s.n,
+      truncated_share: s.truncated / s.n,
+      roc_kept: s.kept,
+      roc_dropped: s.dropped,
+    });
+  }
+  const stages = ix.stages.map((s, i) => ({ stage: i + 1, first: s.first }));
+  return {
+    name: ix.name,
+    version: ix.version,
+    generation: ix.generation,
+    steps: [...points.values()].sort((a, b) => a.step - b.step),
+    heldout: heldout.sort((a, b) => a.step - b.step),
+    stages,
+  };
+}
+
+/** Rows from `from` on (all of them when the client's generation is stale). */
+export function rowsPayload(ix: RunIndex, from = 0, generation = ix.generation) {
+  const start = generation === ix.generation ? Math.max(0, Math.min(from, ix.rows.length)) : 0;
+  return {
+    generation: ix.generation,
+    from: start,
+    columns: ROW_COLUMNS,
+    rows: ix.rows.slice(start).map(rowValues),
+  };
+}
+
+/** Per-token text of a response, for shading by log-prob (needs the run's tokenizer). */
+export type TokenText = (ids: number[]) => Promise<string[] | undefined>;
+
+/** One trajectory: its line read again, cut into turns, with its problem and RoC verdict. */
+export async function trajectoryPayload(ix: RunIndex, n: number, tokenText?: TokenText) {
+  const row = ix.rows[n];
+  if (!row) return undefined;
+  const path = ix.files[row.file];
+  const t = JSON.parse((await readRange(path, row.offset, row.length)).toString('utf8')) as Record<
+    string,
+    unknown
+  >;
+  const text = typeof t.text === 'string' ? t.text : '';
+  const problem = ix.problems.get(row.problem_id) ?? null;
+  const ids = Array.isArray(t.response_ids) ? (t.response_ids as number[]) : [];
+  const texts = tokenText ? await tokenText(ids) : undefined;
+  return {
+    n,
+    generation: ix.generation,
+    where: `${relative(ix.root, path) || path}:${row.line}`,
+    id: row.id,
+    problem_id: row.problem_id,
+    sample: row.sample,
+    step: row.step,
+    eval: row.eval,
+    family: row.family,
+    policy: typeof t.policy === 'string' ? t.policy : null,
+    policy_version: row.policy_version,
+    turn_versions: row.turn_versions,
+    problem,
+    answer: row.answer,
+    reward: row.reward,
+    finish: row.finish,
+    turns: row.turns,
+    tool_calls: row.tool_calls,
+    tool_errors: row.tool_errors,
+    answer_tags: row.answer_tags,
+    tokens: row.tokens,
+    penalty: row.penalty,
+    roc: row.roc,
+    roc_outcome: row.roc_outcome,
+    advantage: typeof t.advantage === 'number' ? t.advantage : null,
+    error: t.error ?? null,
+    timing: t.timing ?? null,
+    segments: splitTurns(text, row.turn_versions),
+    token_view: texts
+      ? {
+          text: texts,
+          logprobs: Array.isArray(t.logprobs) ? t.logprobs : [],
+          mask: Array.isArray(t.loss_mask) ? t.loss_mask : [],
+        }
+      : null,
+  };
+}
+
+/** Per-family accuracy of one benchmark's per-problem records. */
+function families(ix: RunIndex, records: Record<string, unknown>[]) {
+  const by = new Map<
+    string,
+    { problems: number; correct: number; samples: number; solved: number; errors: number }
+  >();
+  for (const r of records) {
+    const id = String(r.problem_id);
+    const family = ix.problems.get(id)?.family ?? ix.rows.find((x) => x.problem_id === id)?.family ?? 'other';
+    const f = by.get(family) ?? { problems: 0, correct: 0, samples: 0, solved: 0, errors: 0 };
+    f.problems += 1;
+    f.correct += Number(r.correct ?? 0);
+    f.samples += Number(r.n ?? 0);
+    if (Number(r.correct ?? 0) > 0) f.solved += 1;
+    f.errors += Number(r.tool_errors ?? 0);
+    by.set(family, f);
+  }
+  return [...by.entries()]
+    .sort((a, b) => a[0].localeCompare(b[0]))
+    .map(([family, f]) => ({
+      family,
+      problems: f.problems,
+      'avg@n': f.samples > 0 ? f.correct / f.samples : 0,
+      'pass@n': f.problems > 0 ? f.solved / f.problems : 0,
+      tool_errors_per_sample: f.problems > 0 ? f.errors / f.problems : 0,
+    }));
+}
+
+/** The evaluations: summaries, per-family tables, and SFT vs RL with paired intervals. */
+export async function evalsPayload(ix: RunIndex) {
+  const evals = [...ix.evals.values()].map((e) => ({
+    name: e.name,
+    created: e.report?.created ?? null,
+    benchmarks: e.report?.benchmarks ?? [],
+    families: Object.fromEntries(
+      Object.entries(e.problems).map(([b, records]) => [b, families(ix, records)]),
+    ),
+    trajectories: ix.rows.filter((r) => r.eval === e.name).length,
+  }));
+  return { version: ix.version, evals, compare: await comparison(ix) };
+}
+
+/**
+ * `eval --compare` of the SFT and the RL evaluation, computed as soon as both exist (the main job
+ * writes compare.md a moment later); else the run's compare.md as it is.
+ */
+async function comparison(ix: RunIndex): Promise<{ title: string; markdown: string } | null> {
+  const dirs = ix.layout.evals;
+  const sft = dirs.find((e) => /(^|[-/])sft$/.test(e.name));
+  const rl = dirs.find((e) => /(^|[-/])rl$/.test(e.name));
+  if (sft && rl && existsSync(sft.report) && existsSync(rl.report)) {
+    try {
+      return { title: `${sft.name} → ${rl.name}`, markdown: await compareReportFiles(sft.report, rl.report) };
+    } catch (error) {
+      return { title: 'comparison failed', markdown: (error as Error).message };
+    }
+  }
+  if (ix.layout.compare) {
+    return { title: 'compare.md', markdown: await readFile(ix.layout.compare, 'utf8').catch(() => '') };
+  }
+  return null;
+}
+
+/** Where the run's own tokenizer is (the main job's SFT checkpoint), for the log-prob shading. */
+export function findTokenizer(root: string): string | undefined {
+  for (const dir of [join(root, 'sft', 'ckpt'), join(root, '..', 'sft', 'ckpt'), join(root, 'ckpt')]) {
+    if (existsSync(join(dir, 'tokenizer.json'))) return dir;
+  }
+  return undefined;
+}

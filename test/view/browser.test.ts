@@ -1,0 +1,186 @@
+// Catches: a page that renders no curve from a real run layout; step -> trajectories -> turns links
+// that lead nowhere; a live run whose new step never reaches an open page; model, tool or problem
+// text interpreted as HTML or script; an export that does not open from disk; console errors;
+// anything fetched from outside (a CDN).
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type { Browser, Page } from 'playwright-core';
+import { browserMissing, launch, startView, watchedPage } from '../support/browser.js';
+import { BIN } from '../support/helpers.js';
+import { appendStep, type RunSpec, writeRun, XSS } from '../support/view-run.js';
+
+const SPEC: RunSpec = { steps: 4, problems: 4, n: 8, keep: 4, stageStarts: [3], xss: true };
+const OTHER: RunSpec = { steps: 3, problems: 3, n: 8, keep: 4, seed: 1 };
+const skip = browserMissing();
+
+describe('rstar view in chromium', { skip, timeout: 240_000 }, () => {
+  let dir: string;
+  let browser: Browser;
+  let view: Awaited<ReturnType<typeof startView>>;
+  let page: Page;
+  let errors: string[];
+  let outside: string[];
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'rstar-view-'));
+    writeRun(join(dir, 'roc'), SPEC);
+    writeRun(join(dir, 'grpo'), OTHER, { evals: false });
+    view = await startView([join(dir, 'roc'), join(dir, 'grpo'), '--poll', '0.2']);
+    browser = await launch();
+    ({ page, errors, outside } = await watchedPage(browser));
+  });
+
+  after(async () => {
+    await browser?.close();
+    await view?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const ready = (name: string) => page.waitForSelector(`main[data-ready="${name}"]`, { timeout: 30_000 });
+
+  test('the overview plots both runs, stage boundary and held-out points included', async () => {
+    await page.goto(view.url);
+    await ready('overview');
+    const points = await page.$eval('.chart[data-chart="reward"]', (el) =>
+      Number((el as unknown as { dataset: Record<string, string> }).dataset.points),
+    );
+    // training reward of every step of both runs + the two held-out points of the first run
+    assert.equal(points, SPEC.steps + OTHER.steps + 2);
+    const marks = await page.$$eval('.chart[data-chart="reward"] svg path', (els) => els.length);
+    assert.ok(marks >= SPEC.steps + OTHER.steps, `${marks} SVG paths`);
+    const charts = await page.$$eval('.chart', (els) =>
+      els.map((e) => (e as unknown as { dataset: Record<string, string> }).dataset.chart),
+    );
+    for (const id of [
+      'reward',
+      'length',
+      'tools',
+      'format',
+      'entropy',
+      'kl',
+      'clip',
+      'grad',
+      'tis',
+      'sequences',
+      'time-0',
+    ]) {
+      assert.ok(charts.includes(id), `chart ${id} in ${charts}`);
+    }
+    const legend = await page.$eval('.chart[data-chart="reward"]', (el) => el.textContent ?? '');
+    assert.match(legend, /roc: train reward/);
+    assert.match(legend, /grpo: train reward/);
+  });
+
+  test('a click on a step lists its trajectories, a click on one shows its turns', async () => {
+    await page.click('nav a[data-page="steps"]');
+    await ready('steps');
+    assert.equal(await page.$$eval('table.steps tbody tr', (r) => r.length), SPEC.steps);
+    await page.click('table.steps tr[data-step="2"] a');
+    await ready('trajectories');
+    const steps = await page.$$eval('table.trajectories tbody tr td:nth-child(2)', (tds) =>
+      tds.map((t) => t.textContent),
+    );
+    assert.equal(steps.length, SPEC.problems * SPEC.n);
+    assert.ok(steps.every((s) => s === '2'));
+    const roc = await page.$$eval('table.trajectories tbody tr td:nth-child(7)', (tds) =>
+      tds.map((t) => t.textContent),
+    );
+    assert.ok(roc.includes('kept') && roc.includes('dropped'), `RoC column: ${[...new Set(roc)]}`);
+    await page.click('table.trajectories tbody tr:first-child td:first-child a');
+    await ready('trajectory');
+    assert.ok((await page.$$('.turn.assistant')).length >= 2);
+    assert.ok((await page.$$('.turn.tool')).length >= 1);
+    assert.ok((await page.$$('pre.code span.kw')).length >= 1, 'highlighted code');
+    assert.match((await page.textContent('table.facts')) ?? '', /reference/);
+  });
+
+  test('filters narrow the list: RoC dropped trajectories of step 1', async () => {
+    await page.goto(`${view.url}#/trajectories?run=0&step=1&roc=dropped`);
+    await ready('trajectories');
+    const roc = await page.$$eval('table.trajectories tbody tr td:nth-child(7)', (tds) =>
+      tds.map((t) => t.textContent),
+    );
+    assert.ok(roc.length > 0 && roc.every((r) => r === 'dropped'));
+  });
+
+  test('model, tool and problem text stays text: no script runs, no markup is made', async () => {
+    // the list, the trajectory, the problem's group and the evaluations all show the payloads
+    const problem = encodeURIComponent(XSS.problemId);
+    await page.goto(`${view.url}#/trajectories?run=0&problem=${problem}`);
+    await ready('trajectories');
+    assert.ok((await page.$$('table.trajectories tbody tr')).length > 0);
+    await page.click('table.trajectories tbody tr:first-child td:first-child a');
+    await ready('trajectory');
+    const text = (await page.textContent('main')) ?? '';
+    for (const payload of [
+      '<script>window.__xss="problem-script"</script>',
+      '<img src=x onerror=',
+      XSS.tool,
+    ]) {
+      assert.ok(text.includes(payload), `shown as text: ${payload}`);
+    }
+    await page.click('main p a');
+    await ready('group');
+    await page.click('nav a[data-page="evals"]');
+    await ready('evals');
+    await page.goto(`${view.url}#/trajectories?run=0&eval=eval-rl&problem=xss`);
+    await ready('trajectories');
+    await page.click('table.trajectories tbody tr:first-child td:first-child a');
+    await ready('trajectory');
+    await page.mouse.move(200, 400);
+    assert.equal(await page.evaluate('window.__xss'), undefined);
+    // (strings: the tests compile without the DOM's types)
+    const made = await page.evaluate(`({
+      scripts: document.querySelectorAll('main script, main img, main iframe').length,
+      handlers: [...document.querySelectorAll('main *')].filter((e) => [...e.attributes].some((a) => a.name.startsWith('on'))).length,
+      links: [...document.querySelectorAll('a')].filter((a) => !(a.getAttribute('href') ?? '').startsWith('#/')).length,
+    })`);
+    assert.deepEqual(made, { scripts: 0, handlers: 0, links: 0 });
+  });
+
+  test('a live run: a new step appears on the open page without a reload', async () => {
+    await page.goto(`${view.url}#/steps?run=0`);
+    await ready('steps');
+    await page.evaluate('window.__same = true');
+    appendStep(join(dir, 'roc'), SPEC, SPEC.steps + 1);
+    await page.waitForSelector(`table.steps tr[data-step="${SPEC.steps + 1}"]`, { timeout: 20_000 });
+    // the same document (no navigation happened)
+    assert.equal(await page.evaluate('window.__same'), true);
+    await page.goto(`${view.url}#/trajectories?run=0&step=${SPEC.steps + 1}`);
+    await ready('trajectories');
+    assert.equal(await page.$$eval('table.trajectories tbody tr', (r) => r.length), SPEC.problems * SPEC.n);
+  });
+
+  test('the export opens from disk and shows a trajectory', async () => {
+    const out = join(dir, 'export');
+    const r = spawnSync(process.execPath, [BIN, 'view', join(dir, 'roc'), '--export', out], {
+      encoding: 'utf8',
+    });
+    assert.equal(r.status, 0, r.stderr);
+    await page.goto(`file://${out}/index.html`);
+    await ready('overview');
+    assert.ok(
+      Number(
+        await page.$eval(
+          '.chart[data-chart="reward"]',
+          (el) => (el as unknown as { dataset: Record<string, string> }).dataset.points,
+        ),
+      ) > 0,
+    );
+    await page.goto(`file://${out}/index.html#/trajectory?run=0&n=150`);
+    await ready('trajectory');
+    assert.ok((await page.$$('.turn.assistant')).length >= 2);
+    await page.goto(`file://${out}/index.html#/evals?run=0`);
+    await ready('evals');
+    assert.match((await page.textContent('.compare')) ?? '', /avg@n/);
+  });
+
+  test('no console errors, nothing fetched from outside', () => {
+    assert.deepEqual(errors, []);
+    assert.deepEqual(outside, []);
+  });
+});
