@@ -496,13 +496,7 @@ class Init:
                 pass
         except BlockingIOError:
             pass
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid in dead_children():
             for number, (state_pid, sock) in list(self.states.items()):
                 if state_pid == pid:
                     self.lose(number)

@@ -335,13 +335,7 @@ def serve(req, scratch, own_main, sessions):
 
 def reap():
     """Waits for the session processes that have exited (this process is their subreaper)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    cell.dead_children()
 
 
 def main():

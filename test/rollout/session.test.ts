@@ -26,7 +26,7 @@ import { SandboxClient } from '../../src/sandbox/client.js';
 import { startSandbox } from '../../src/sandbox/embedded.js';
 import { ANSWER, collect, problems, TINY, toolCall } from '../support/agent-fixtures.js';
 import { type FakeServer, startFakeSglang } from '../support/fake-sglang.js';
-import { lines, ndjson, rstar } from '../support/helpers.js';
+import { lines, ndjson, rolloutArgs, rstar } from '../support/helpers.js';
 
 /** Two turns that share a variable, then the answer. */
 const SHARED = [toolCall('x = 6 // 2'), toolCall('print(x)'), ANSWER];
@@ -299,16 +299,7 @@ describe('rollout --tool-state session against the real sandbox-serve', () => {
     const engine = await fake(SHARED);
     const file = join(dir, 'problems.jsonl');
     writeFileSync(file, ndjson(problems(1)));
-    const common = [
-      '--problems',
-      file,
-      '--engine',
-      engine.url,
-      '--sandbox',
-      sandbox.url,
-      '--tokenizer',
-      TINY,
-    ];
+    const common = rolloutArgs(file, engine.url, sandbox.url, TINY);
     const r = await rstar(['rollout', ...common, '--tool-state', 'session']);
     assert.equal(r.code, 0, r.stderr);
     const [t] = lines(r.stdout).map((x) => Trajectory.parse(x));
