@@ -283,3 +283,50 @@ describe('sessions: idle TTL, and a worker that dies', () => {
     assert.equal((await client.run({ type: 'python', solution: 'y', session_id: fresh })).stdout, '2\n');
   });
 });
+
+describe('sessions: the memory ceiling', () => {
+  let server: GuardedServer;
+  let client: SandboxClient;
+  before(async () => {
+    server = await startGuardedServer(['--workers', '1', '--memory', '256', '--session-memory', '64']);
+    client = new SandboxClient(server.url, { rejectServiceFailures: true, retries: 1 });
+  });
+  after(async () => {
+    await client.close();
+    assert.deepEqual(await server.stop(), []);
+  });
+
+  test('--session-memory: idle sessions are closed, oldest first, to keep the worker under its ceiling', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 14; i += 1) {
+      const s = await client.createSession();
+      // 60 MiB of pages of its own, touched, held by the session's state.
+      const r = await client.run({
+        type: 'python',
+        solution: 'hold = bytearray(60 * 2**20)\nfor i in range(0, len(hold), 4096):\n    hold[i] = 1',
+        session_id: s,
+      });
+      assert.equal(r.reason, '', JSON.stringify(r));
+      ids.push(s);
+    }
+    const alive: boolean[] = [];
+    for (const s of ids) {
+      alive.push(
+        await client.run({ type: 'python', solution: 'len(hold)', session_id: s }).then(
+          () => true,
+          (e: unknown) => {
+            if (!(e instanceof SessionLost)) throw e;
+            return false;
+          },
+        ),
+      );
+    }
+    // The first ones made are the ones closed; the newest still hold their state.
+    assert.equal(alive[0], false, alive.join());
+    assert.equal(alive[alive.length - 1], true, alive.join());
+    assert.ok(alive.filter(Boolean).length < 14);
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    assert.match(metrics, /rstar_sandbox_sessions_closed_total\{why="evicted"\} [1-9]/);
+    await Promise.all(ids.map((s) => client.closeSession(s)));
+  });
+});
