@@ -249,6 +249,22 @@ describe('sessions: idle TTL, and a worker that dies', () => {
     assert.deepEqual(await server.stop(), []);
   });
 
+  test('a session that cannot start fails its own cells only; the cells queued behind them run', {
+    timeout: 15_000,
+  }, async () => {
+    // "a" is a file and a folder at once: the family's set-up fails on its executor (the only one).
+    const broken = await client.createSession({ files: { a: b64('x'), 'a/b': b64('y') } });
+    const fine = await client.createSession();
+    const [lost, ok] = await Promise.allSettled([
+      client.run({ type: 'python', solution: 'print(1)', session_id: broken }),
+      client.run({ type: 'python', solution: 'print(2)', session_id: fine }),
+    ]);
+    assert.equal(lost.status, 'rejected');
+    assert.ok(lost.status === 'rejected' && lost.reason instanceof SessionLost, String(lost));
+    assert.equal(ok.status === 'fulfilled' && ok.value.stdout, '2\n');
+    await client.closeSession(fine);
+  });
+
   test('an idle session expires after its TTL and is then an error', async () => {
     const s = await client.createSession();
     await client.run({ type: 'python', solution: 'x = 1', session_id: s });
