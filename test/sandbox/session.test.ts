@@ -177,6 +177,16 @@ describe('stateful sessions (sandbox-serve, real processes)', () => {
     await Promise.all([client.closeSession(a), client.closeSession(b)]);
   });
 
+  test('a cell and a call hold no descriptor of the executor or of another session', async () => {
+    const ids = await Promise.all([client.createSession(), client.createSession(), client.createSession()]);
+    await Promise.all(ids.map((s) => cell(s, 'x = 1')));
+    // 0-2, the directory listing's own descriptor, and (a cell) its session's socket.
+    const count = 'import os\nlen(os.listdir("/proc/self/fd"))';
+    assert.equal((await cell(ids[0], count)).stdout, '5\n');
+    assert.equal((await client.run({ type: 'python', solution: count })).stdout, '4\n');
+    await Promise.all(ids.map((s) => client.closeSession(s)));
+  });
+
   test('an unknown, closed or expired session is an error naming it, never a fresh interpreter', async () => {
     const s = await client.createSession();
     await cell(s, 'x = 1');
