@@ -58,7 +58,7 @@ const CODE = {
 };
 
 async function main() {
-  const workers = flag('workers', 2);
+  const workers = flag('workers', 4);
   const latencyN = flag('latency', 200);
   const holding = flag('sessions', 256);
   const soakCells = flag('soak', 20_000);

@@ -145,9 +145,6 @@ export interface Runner {
   close(): Promise<void>;
 }
 
-/** Sessions a heavy executor may hold beyond a light one's before heavy code goes to the light one. */
-const HEAVY_PREMIUM = 8;
-
 /** Session numbers on the wire are u32; family uids come from a range of their own per server. */
 const MAX_FAMILIES = 4096;
 
@@ -564,12 +561,12 @@ export class LocalPool implements Runner {
     const load = new Map<Executor, number>();
     for (const s of this.#sessions.values())
       if (s.executor) load.set(s.executor, (load.get(s.executor) ?? 0) + 1);
-    // Heavy code prefers an executor that preloaded numpy and sympy, but not at any price: a light
-    // one imports them once for the session (~0.5 s), which is worth it once the heavy ones hold
-    // HEAVY_PREMIUM more sessions (all sessions on one executor would share one core).
-    const score = (e: Executor) => (load.get(e) ?? 0) + (heavy && !e.config.heavy ? HEAVY_PREMIUM : 0);
-    let best = this.#executors[0];
-    for (const e of this.#executors) if (e.alive && score(e) < score(best)) best = e;
+    // Heavy code goes to an executor that preloaded numpy and sympy: on a light one every session
+    // would import them into pages of its own (~30 MiB per idle session instead of ~11). With the
+    // default --workers (2 x cores) there are as many heavy executors as cores.
+    const candidates = this.#executors.filter((e) => !heavy || e.config.heavy);
+    let best = candidates[0];
+    for (const e of candidates) if ((load.get(e) ?? 0) < (load.get(best) ?? 0)) best = e;
     session.executor = best;
     const family: Family = { uid: this.#familyUidBase + slot, slot, members: new Set([session]) };
     session.family = family;
