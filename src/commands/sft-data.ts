@@ -7,8 +7,10 @@ import { addDeprecatedAlias, choice, integer, number, parse, program } from '../
 import { Rng } from '../random.js';
 import { loadProtocol } from '../rollout/protocol.js';
 import { SandboxClient } from '../sandbox/client.js';
+import { startSandbox } from '../sandbox/embedded.js';
 import { ConversationRenderer } from '../sft/conversation.js';
-import { CURRICULA, demonstrations, problemOf, split } from '../sft/curriculum/index.js';
+import { agenticDemonstrations, sandboxAgenticRunner } from '../sft/curriculum/agentic.js';
+import { CURRICULA, demonstrations, problemOf, split, type Task } from '../sft/curriculum/index.js';
 import type { SftRecord } from '../sft/record.js';
 import { emptyStats, readSources } from '../sft/sources/index.js';
 import { embeddedRunner, sandboxRunner, type ToolRunner, warmRunner } from '../sft/tool-runner.js';
@@ -55,12 +57,41 @@ async function toolRunner(opts: Options): Promise<ToolRunner> {
   return warmRunner({ python: opts.python });
 }
 
+/** The agentic families' demonstrations: in `--sandbox URL`, else in an embedded sandbox (the warm runner has no files). */
+async function multiStep(
+  tasks: Task[],
+  name: string,
+  opts: Options,
+  renderer: ConversationRenderer,
+): Promise<SftRecord[]> {
+  const token = opts.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN;
+  const own = opts.sandbox === undefined || opts.sandbox === 'embedded' ? await startSandbox() : undefined;
+  const runner = sandboxAgenticRunner(own?.url ?? (opts.sandbox as string), { token });
+  try {
+    return await agenticDemonstrations(tasks, runner, renderer, {
+      name,
+      record: (t) => {
+        const p = problemOf(t, name, 'train');
+        return { id: p.id, source: p.source as string };
+      },
+    });
+  } finally {
+    await runner.close();
+    await own?.close();
+  }
+}
+
 async function synthetic(name: string, opts: Options, renderer: ConversationRenderer): Promise<void> {
   const tasks = split(name, { train: opts.train, test: opts.test, seed: opts.seed });
   const runner = await toolRunner(opts);
+  // Multi-step tasks (the agentic families) carry files: they run in a sandbox (agentic.ts).
+  const single = tasks.train.filter((t) => t.steps === undefined);
+  const multi = tasks.train.filter((t) => t.steps !== undefined);
   let built: Awaited<ReturnType<typeof demonstrations>>;
+  let steps: SftRecord[] = [];
   try {
-    built = await demonstrations(tasks.train, runner, renderer, {
+    if (multi.length > 0) steps = await multiStep(multi, name, opts, renderer);
+    built = await demonstrations(single, runner, renderer, {
       errorRate: opts.errorRate,
       slipLoss: opts.slipLoss === true,
       seed: opts.seed,
@@ -69,6 +100,13 @@ async function synthetic(name: string, opts: Options, renderer: ConversationRend
   } finally {
     await runner.close();
   }
+  // Back in the order of the tasks.
+  const one = built.records[Symbol.iterator]();
+  const two = steps[Symbol.iterator]();
+  const all = tasks.train.map(
+    (t) => (t.steps === undefined ? one.next().value : two.next().value) as SftRecord,
+  );
+  built = { ...built, records: all };
   const records = built.records.filter(
     (r) => r.prompt_ids.length + r.response_ids.length <= opts.maxSeqTokens,
   );
