@@ -5,6 +5,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { familyOf, toolUse } from '../../src/algo/tool-use.js';
+import { CurvePoint } from '../../src/eval/curve.js';
+import { curveSpec } from '../../src/eval/plots.js';
 import { compareReports, makeReport, markdownReport } from '../../src/eval/report.js';
 import { evaluateBenchmark, type Sourced } from '../../src/eval/run.js';
 import type { Verifier } from '../../src/eval/verifier.js';
@@ -132,5 +134,29 @@ describe('agentic tool-use metrics', () => {
     // no failed call on the B side: no recovery rate there
     assert.match(compare, /\| curriculum · recover \| recovery \(%\) \| 50\.0 \| {2}\| {2}\|/);
     assert.match(compare, /\| curriculum · inspect \| tool err \(%\) \| 50\.0 \| 0\.0 \| -50\.0 \|/);
+  });
+
+  it('are on the RL curve, where rl.sh wrote them from the step statistics', () => {
+    const points = [1, 2].map((step) =>
+      CurvePoint.parse({
+        v: 1,
+        step,
+        train_reward: 0.5,
+        train_multi_call_share: 0.25 * step,
+        train_positive_tool_error_rate: 0.1,
+      }),
+    );
+    const layer = (curveSpec(points) as { layer: unknown[] }).layer[0] as {
+      data: { values: { series: string; value: number }[] };
+    };
+    const multi = layer.data.values.filter((v) => v.series === 'rollouts with 2+ tool calls');
+    assert.deepEqual(
+      multi.map((v) => v.value),
+      [0.25, 0.5],
+    );
+    assert.equal(
+      layer.data.values.filter((v) => v.series === 'tool-error ratio in correct rollouts').length,
+      2,
+    );
   });
 });
