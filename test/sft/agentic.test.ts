@@ -3,6 +3,9 @@
 // task says, a step that does not need what the step before it printed, a recover task whose first
 // call does not fail on the token its fix names, and train/test overlap.
 import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Problem } from '../../src/records/problem.js';
 import { TrainRecord } from '../../src/records/trajectory.js';
@@ -18,7 +21,7 @@ import {
   stepCalls,
 } from '../../src/sft/curriculum/agentic.js';
 import { CURRICULA, isTestPrompt, problemOf, split, type Task } from '../../src/sft/curriculum/index.js';
-import { ROOT } from '../support/helpers.js';
+import { lines, ROOT, rstar } from '../support/helpers.js';
 
 let ctx: ProtocolContext;
 let runner: AgenticRunner;
@@ -215,5 +218,31 @@ describe('agentic curriculum', () => {
         assert.ok(r.text.indexOf(text.split('\n')[0]) < r.text.lastIndexOf('<tool_call>'), r.text);
       }
     });
+  });
+
+  it('rstar sft-data --synthetic mix-agentic: problems with their files, demonstrations in task order', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'rstar-agentic-'));
+    try {
+      const args = ['sft-data', '--synthetic', 'mix-agentic', '--train', '24', '--test', '4', '--seed', '2'];
+      const res = await rstar([...args, '--tokenizer', `${ROOT}fixtures/tiny`, '--out', out]);
+      assert.equal(res.code, 0, res.stderr);
+      const problems = lines<{ id: string; files?: Record<string, string>; meta: { family: string } }>(
+        readFileSync(join(out, 'train-problems.jsonl'), 'utf8'),
+      );
+      const sft = lines<{ problem_id: string; text: string }>(readFileSync(join(out, 'sft.jsonl'), 'utf8'));
+      assert.deepEqual(
+        sft.map((r) => r.problem_id),
+        problems.map((p) => p.id),
+      );
+      const multi = problems.filter((p) => ['inspect', 'search', 'recover'].includes(p.meta.family));
+      assert.ok(multi.length > 0 && multi.length < problems.length, 'both kinds drawn');
+      for (const p of multi) {
+        const r = sft.find((x) => x.problem_id === p.id);
+        assert.equal((r?.text.match(/<tool_call>/g) ?? []).length, 2, p.id);
+        if (p.meta.family !== 'search') assert.ok(Object.keys(p.files ?? {}).length === 1, p.id);
+      }
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
   });
 });
