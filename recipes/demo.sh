@@ -48,6 +48,8 @@
 #   and the RSTAR_SFT_* variables of recipes/sft.sh (RSTAR_SFT_QUICK=1 for a quick smoke run; RSTAR_SFT_EVAL
 #   [0 here: the SFT checkpoint is evaluated once, as eval-sft]),
 #   and RSTAR_RL_* of recipes/rl.sh for anything else (e.g. RSTAR_RL_EPOCHS, RSTAR_RL_MICRO_BATCH_TOKENS).
+#   RSTAR_SFT_TOOL_STATE [stateless; session: Python sessions per trajectory] is the job's one tool state:
+#   the SFT data, the RL stages (RSTAR_RL_TOOL_STATE, which may only repeat it) and the evaluations.
 # OUT/manifest.txt records the settings above that shape OUT (sft.sh and rl.sh keep their own for their
 # folders): a rerun with other values stops before anything runs, naming each one, instead of reusing
 # another run's checkpoints and evaluations. RSTAR_FRESH=1 deletes OUT and starts afresh instead;
@@ -74,6 +76,11 @@ TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 KEEP_CHECKPOINTS=${RSTAR_DEMO_KEEP_CHECKPOINTS:-2}
 [[ $KEEP_CHECKPOINTS =~ ^[0-9]+$ ]] || die "RSTAR_DEMO_KEEP_CHECKPOINTS: expected a whole number, got '$KEEP_CHECKPOINTS'"
 SFT=${RSTAR_DEMO_SFT:-$OUT/sft}
+# The model is told whether variables persist (its SFT prompts); RL and the evaluations run it so.
+TOOL_STATE=${RSTAR_SFT_TOOL_STATE:-stateless}
+[[ ${RSTAR_RL_TOOL_STATE:-$TOOL_STATE} == "$TOOL_STATE" ]] ||
+  die "RSTAR_RL_TOOL_STATE ($RSTAR_RL_TOOL_STATE) differs from RSTAR_SFT_TOOL_STATE ($TOOL_STATE): the job has one tool state"
+export RSTAR_RL_TOOL_STATE=$TOOL_STATE
 
 # What OUT was made with: a rerun resumes only a run of the same settings (rl.sh and sft.sh check
 # their own below); another run's checkpoints and evaluations are refused, naming the settings that
@@ -145,7 +152,7 @@ start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --tool-timeout "${RS
 SANDBOX=$SERVER_URL
 ROLLOUT=("${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
   --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}"
-  --tool-cache-audit "${RSTAR_DEMO_TOOL_CACHE_AUDIT:-0.05}")
+  --tool-cache-audit "${RSTAR_DEMO_TOOL_CACHE_AUDIT:-0.05}" --tool-state "$TOOL_STATE")
 
 # evaluate NAME CHECKPOINT VERSION N STEP: held-out avg@N of a checkpoint (kept if already done),
 # added to the curve at STEP.

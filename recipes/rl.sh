@@ -34,6 +34,9 @@
 #                       docs/experiments/2026-12-04-turn-versions-tool-cache.md)
 #   RSTAR_RL_TOOL_CACHE_AUDIT [0]  share of cache hits run again for real and compared (rollout
 #                       --tool-cache-audit; counted in rollout-steps.jsonl, a mismatch is a WARNING)
+#   RSTAR_RL_TOOL_STATE [stateless]  session: each trajectory's tool calls are the cells of one Python
+#                       session, the prompt saying so (rollout --tool-state; the SFT data should match:
+#                       recipes/sft.sh RSTAR_SFT_TOOL_STATE); the tool cache then shares nothing
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
 #   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
 #   RSTAR_RL_ENGINE_THREADS [0]  of each engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU
@@ -93,6 +96,12 @@ REFILL=${RSTAR_RL_REFILL:-rounds}
 SEED=${RSTAR_RL_SEED:-0}
 TOOL_CACHE=${RSTAR_RL_TOOL_CACHE:-off}
 TOOL_CACHE_AUDIT=${RSTAR_RL_TOOL_CACHE_AUDIT:-0}
+TOOL_STATE=${RSTAR_RL_TOOL_STATE:-stateless}
+[[ $TOOL_STATE == stateless || $TOOL_STATE == session ]] ||
+  die "RSTAR_RL_TOOL_STATE: expected stateless or session, got '$TOOL_STATE'"
+# In the manifest only when not the default: stages made before the setting (stateless) still resume.
+TOOL_STATE_SETTING=()
+[[ $TOOL_STATE == stateless ]] || TOOL_STATE_SETTING=(RSTAR_RL_TOOL_STATE="$TOOL_STATE")
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 KEEP_CHECKPOINTS=${RSTAR_RL_KEEP_CHECKPOINTS:-0}
 KEEP_EVERY=${RSTAR_RL_KEEP_EVERY:-0}
@@ -125,7 +134,7 @@ check_manifest "$OUT/manifest-stage-$FIRST.txt" "$earlier" "" RSTAR_RL_MODEL="$M
   RSTAR_RL_TEMPERATURE="$TEMPERATURE" RSTAR_RL_STALENESS="$STALENESS" RSTAR_RL_DYNAMIC="$DYNAMIC" \
   RSTAR_RL_OVERSAMPLE="${RSTAR_RL_OVERSAMPLE:-0}" RSTAR_RL_REFILL="$REFILL" RSTAR_RL_SEED="$SEED" \
   RSTAR_RL_TOOL_CACHE="$TOOL_CACHE" RSTAR_RL_TEMPLATE="$TEMPLATE" RSTAR_RL_MICRO_BATCH_TOKENS="$MICRO_TOKENS" \
-  RSTAR_RL_TRAIN_ARGS="${RSTAR_RL_TRAIN_ARGS:-}"
+  RSTAR_RL_TRAIN_ARGS="${RSTAR_RL_TRAIN_ARGS:-}" "${TOOL_STATE_SETTING[@]}"
 if [[ ${RSTAR_CHECK_ONLY:-0} == 1 ]]; then
   log "rl: $OUT: settings match (RSTAR_CHECK_ONLY=1: nothing run)"
   exit 0
@@ -192,7 +201,7 @@ rm -f "$fifo" && mkfifo "$fifo"
   --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" "${OVERSAMPLE[@]}" --refill "$REFILL" \
   "${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$TOKENIZER" --chat-template "$TEMPLATE" \
   --max-tokens "$MAX_TOKENS" --max-turns "$MAX_TURNS" --temperature "$TEMPERATURE" --tool-cache "$TOOL_CACHE" \
-  --tool-cache-audit "$TOOL_CACHE_AUDIT" \
+  --tool-cache-audit "$TOOL_CACHE_AUDIT" --tool-state "$TOOL_STATE" \
   --save "$OUT/trajectories/step-{step}.jsonl" --step-stats "$OUT/rollout-steps.jsonl" >"$fifo" &
 rollout_pid=$!
 trained() {

@@ -24,6 +24,10 @@
 #   RSTAR_SFT_TEMPLATE [fixtures/curriculum/tiny.jinja; `rstar2` for the release's full prompt]
 #   RSTAR_SFT_SANDBOX [unset: the curriculum's own programs run in one warm python3 with the sandbox's cell
 #                     semantics (sft-data's default); embedded, or a sandbox-serve URL: in the sandbox]
+#   RSTAR_SFT_TOOL_STATE [stateless; session: demonstrations whose calls are the cells of one Python
+#                     session, some reusing a variable of their first call, the prompts saying so, and the
+#                     evaluation rolled out the same way (sft-data / rollout --tool-state); RL must then use
+#                     RSTAR_RL_TOOL_STATE=session]
 #   RSTAR_SFT_EVAL [1; 0: no held-out evaluation here, for a caller that evaluates the checkpoint itself,
 #   as recipes/demo.sh does; the training budget still leaves RSTAR_SFT_EVAL_RESERVE, so the SFT is the same]
 # OUT/manifest.txt records the settings above that shape OUT's data and checkpoint; a rerun with other
@@ -60,6 +64,13 @@ CKPT_EVERY=${RSTAR_SFT_CKPT_EVERY:-500}
 EVAL_N=${RSTAR_SFT_EVAL_N:-2}
 EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-384}
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
+TOOL_STATE=${RSTAR_SFT_TOOL_STATE:-stateless}
+[[ $TOOL_STATE == stateless || $TOOL_STATE == session ]] ||
+  die "RSTAR_SFT_TOOL_STATE: expected stateless or session, got '$TOOL_STATE'"
+# Recorded in the manifest only when it is not the default, so folders made before the setting
+# existed (all stateless) are still reused.
+TOOL_STATE_SETTING=()
+[[ $TOOL_STATE == stateless ]] || TOOL_STATE_SETTING=(RSTAR_SFT_TOOL_STATE="$TOOL_STATE")
 
 # What OUT's data was made with (a rerun reuses OUT/data; recipes/demo.sh reuses OUT/ckpt): another
 # run's is refused, naming the settings that differ (RSTAR_FRESH=1: start afresh). The evaluation's
@@ -70,7 +81,8 @@ check_manifest "$OUT/manifest.txt" "$earlier" "$OUT" RSTAR_SFT_QUICK="$QUICK" RS
   RSTAR_SFT_TRAIN="$TRAIN" RSTAR_SFT_TEST="$TEST" RSTAR_SFT_SEED="$SEED" RSTAR_SFT_CONFIG="$CONFIG" RSTAR_SFT_INIT="$INIT" \
   RSTAR_SFT_BATCH="$BATCH" RSTAR_SFT_LR="$LR" RSTAR_SFT_WARMUP="$WARMUP" RSTAR_SFT_WINDOW="$WINDOW" RSTAR_SFT_DECAY="$DECAY" \
   RSTAR_SFT_TOTAL="$TOTAL" RSTAR_SFT_SECONDS="${RSTAR_SFT_SECONDS:-}" RSTAR_SFT_EVAL_RESERVE="$EVAL_RESERVE" \
-  RSTAR_SFT_MAX_STEPS="$MAX_STEPS" RSTAR_SFT_TEMPLATE="$TEMPLATE" RSTAR_SFT_DATA="${RSTAR_SFT_DATA:-}"
+  RSTAR_SFT_MAX_STEPS="$MAX_STEPS" RSTAR_SFT_TEMPLATE="$TEMPLATE" RSTAR_SFT_DATA="${RSTAR_SFT_DATA:-}" \
+  "${TOOL_STATE_SETTING[@]}"
 if [[ ${RSTAR_CHECK_ONLY:-0} == 1 ]]; then
   log "sft: $OUT: settings match (RSTAR_CHECK_ONLY=1: nothing run)"
   exit 0
@@ -88,7 +100,7 @@ if [[ ! -s $DATA/sft.jsonl ]]; then
   [[ -n ${RSTAR_SFT_SANDBOX:-} ]] && runner=(--sandbox "$RSTAR_SFT_SANDBOX")
   step "sft-data --synthetic $CURRICULUM --train $TRAIN --test $TEST"
   "${RSTAR[@]}" sft-data --synthetic "$CURRICULUM" --train "$TRAIN" --test "$TEST" --seed "$SEED" \
-    "${runner[@]}" --chat-template "$TEMPLATE" --out "$DATA"
+    "${runner[@]}" --chat-template "$TEMPLATE" --tool-state "$TOOL_STATE" --out "$DATA"
 fi
 
 # 2. A fresh tiny model.
@@ -115,7 +127,7 @@ evaluate() { # NAME TEMPERATURE N
   rm -f "$OUT/eval-$name.jsonl.tmp" # rollout resumes an --out file; this one must start fresh
   "${RSTAR[@]}" rollout --problems "$DATA/test-problems.jsonl" --model "$OUT/ckpt" --tokenizer "$OUT/ckpt" \
     --chat-template "$TEMPLATE" --n "$n" --temperature "$temperature" --seed "$SEED" --max-tokens "$EVAL_TOKENS" --max-turns 3 \
-    --out "$OUT/eval-$name.jsonl.tmp"
+    --tool-state "$TOOL_STATE" --out "$OUT/eval-$name.jsonl.tmp"
   mv "$OUT/eval-$name.jsonl.tmp" "$OUT/eval-$name.jsonl"
   "${RSTAR[@]}" sft-eval --name "$name" "$OUT/eval-$name.jsonl" | tee -a "$OUT/eval.jsonl"
 }

@@ -216,7 +216,11 @@ export async function run(argv: string[]): Promise<void> {
       if (seen.has(p.id)) throw new UsageError(`${f.problems}: duplicate problem id ${p.id}`);
       seen.add(p.id);
     }
-    const protocol = await loadProtocol(f.tokenizer!, { chatTemplate: f.chatTemplate, toolsFile: f.tools });
+    const protocol = await loadProtocol(f.tokenizer!, {
+      chatTemplate: f.chatTemplate,
+      toolsFile: f.tools,
+      toolState: f.toolState,
+    });
     let sandboxUrl = f.sandbox;
     if (sandboxUrl === undefined) {
       const sb = await startSandbox();

@@ -5,7 +5,9 @@ import { UsageError } from '../errors.js';
 import { type NdjsonWriter, openOutput } from '../ndjson/index.js';
 import { addDeprecatedAlias, choice, integer, number, parse, program } from '../program.js';
 import { Rng } from '../random.js';
+import { toolStateOption } from '../rollout/options.js';
 import { loadProtocol } from '../rollout/protocol.js';
+import type { ToolState } from '../rollout/tool-state.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { startSandbox } from '../sandbox/embedded.js';
 import { ConversationRenderer } from '../sft/conversation.js';
@@ -35,6 +37,7 @@ interface Options {
   sandbox?: string;
   sandboxToken?: string;
   python?: string;
+  toolState: ToolState;
 }
 
 function log(message: string): void {
@@ -57,7 +60,10 @@ async function toolRunner(opts: Options): Promise<ToolRunner> {
   return warmRunner({ python: opts.python });
 }
 
-/** The agentic families' demonstrations: in `--sandbox URL`, else in an embedded sandbox (the warm runner has no files). */
+/**
+ * The agentic families' demonstrations: in `--sandbox URL`, else in an embedded sandbox (the warm
+ * runner has no files), stateless or as sessions (`--tool-state`).
+ */
 async function multiStep(
   tasks: Task[],
   name: string,
@@ -70,6 +76,8 @@ async function multiStep(
   try {
     return await agenticDemonstrations(tasks, runner, renderer, {
       name,
+      // session: a task's calls run as one session's cells, the second reusing the first's variables
+      mode: opts.toolState,
       record: (t) => {
         const p = problemOf(t, name, 'train');
         return { id: p.id, source: p.source as string };
@@ -96,6 +104,7 @@ async function synthetic(name: string, opts: Options, renderer: ConversationRend
       slipLoss: opts.slipLoss === true,
       seed: opts.seed,
       name,
+      toolState: opts.toolState,
     });
   } finally {
     await runner.close();
@@ -125,6 +134,7 @@ async function synthetic(name: string, opts: Options, renderer: ConversationRend
   const trained = records.reduce((s, r) => s + r.loss_mask.reduce<number>((a, x) => a + x, 0), 0);
   log(
     `${name}: ${records.length} demonstrations (${built.failedFirst} with a failed first call fixed, ` +
+      (opts.toolState === 'session' ? `${built.reused} reusing a variable of their first call, ` : '') +
       `${built.records.length - records.length} over --max-seq-tokens), ${testProblems.length} held-out problems; ` +
       `tokens/example mean ${Math.round(lengths.reduce((s, x) => s + x, 0) / Math.max(1, lengths.length))}, ` +
       `max ${Math.max(0, ...lengths)}, trained tokens ${trained}`,
@@ -164,12 +174,17 @@ export async function run(argv: string[]): Promise<void> {
     .option(
       '--python <path>',
       "synthetic: the warm runner's Python (default: python3, as the sandbox resolves it)",
-    );
+    )
+    .addOption(toolStateOption());
   addDeprecatedAlias(cmd, '--max-tokens <n>', '--max-seq-tokens');
   if (!parse(cmd, argv)) return;
   const opts = cmd.opts<Options>();
   const files = cmd.args;
-  const ctx = await loadProtocol(opts.tokenizer, { chatTemplate: opts.chatTemplate, toolsFile: opts.tools });
+  const ctx = await loadProtocol(opts.tokenizer, {
+    chatTemplate: opts.chatTemplate,
+    toolsFile: opts.tools,
+    toolState: opts.toolState,
+  });
   const renderer = new ConversationRenderer(ctx);
 
   if (opts.synthetic !== undefined) {

@@ -21,7 +21,10 @@ export interface Roller {
  */
 export async function openRoller(flags: SharedRolloutFlags & { tokenizer: string }): Promise<Roller> {
   const mod = await import('../rollout/index.js');
-  const protocol = await mod.loadProtocol(flags.tokenizer, { chatTemplate: flags.chatTemplate });
+  const protocol = await mod.loadProtocol(flags.tokenizer, {
+    chatTemplate: flags.chatTemplate,
+    toolState: flags.toolState,
+  });
   const engines = flags.engine.map((url) =>
     mod.engineClient(url, flags.engineKind, { timeoutMs: flags.engineTimeout * 1000 }),
   );
@@ -34,7 +37,9 @@ export async function openRoller(flags: SharedRolloutFlags & { tokenizer: string
   return {
     async *trajectories(benchmark, problems) {
       let index = 0;
-      const toolCacheCounts = flags.toolCache === 'group' ? emptyCounts() : undefined;
+      // Session mode shares no result (a cell depends on the cells before it): no counts then.
+      const toolCacheCounts =
+        flags.toolCache === 'group' && flags.toolState !== 'session' ? emptyCounts() : undefined;
       if (toolCacheCounts) counts.set(benchmark, toolCacheCounts);
       for await (const value of mod.rollout(problems, { ...options, toolCacheCounts })) {
         index += 1;

@@ -90,6 +90,26 @@ export const Trajectory = z
       .array(z.string())
       .optional()
       .describe('per generated turn: the engine weight_version it finished under (absent from vLLM)'),
+    /**
+     * `rollout --tool-state session`: its tool calls ran as the cells of one sandbox session, closed
+     * when it ended. Written only in session mode: absent means each call ran in a fresh
+     * interpreter (`stateless`, the release), so records from before the flag read the same.
+     */
+    tool_state: z
+      .enum(['stateless', 'session'])
+      .optional()
+      .describe(
+        'session: its tool calls ran as the cells of one Python session (--tool-state session); absent: stateless, each call fresh',
+      ),
+    /**
+     * Session mode: how many times the sandbox lost the session (a worker restart) and rollout
+     * rebuilt it by running the earlier finished cells again before the lost call. Absent when 0.
+     */
+    session_replays: count
+      .optional()
+      .describe(
+        'session mode: times a lost session was rebuilt by replaying its earlier finished cells (absent when none)',
+      ),
     /** Present when `finish` is `error`: which service failed and how. */
     error: TrajectoryError.optional().describe('present when finish is error: which service failed and how'),
   })

@@ -27,4 +27,6 @@ export const ROLLOUT_DEFAULTS = {
   compat: 'strict',
   toolCache: 'off',
   toolCacheAudit: 0,
+  /** `--tool-state`: each call in a fresh interpreter (the release), or a trajectory's calls in one session. */
+  toolState: 'stateless',
 } as const;

@@ -19,3 +19,4 @@ export type { Policy } from './scheduler.js';
 export { POLICIES, Scheduler } from './scheduler.js';
 export type { TextTokenizer } from './tokenizer.js';
 export { loadTokenizer } from './tokenizer.js';
+export { SESSION_NOTE, TOOL_STATES, type ToolState } from './tool-state.js';

@@ -5,6 +5,7 @@ import { AgentAbort, type AgentIO, type AgentOptions, runAgent, ServiceFailure }
 import { type ProtocolContext, promptIds } from './protocol.js';
 import { type ScoreOptions, scoreTrajectory, trajectoryRecord } from './record.js';
 import type { Scheduler } from './scheduler.js';
+import { type OpenSessions, ToolSession } from './session.js';
 import type { GroupToolCache } from './tool-cache.js';
 import { generateTurn, type TurnContext } from './turns.js';
 
@@ -20,15 +21,34 @@ export interface JobContext extends TurnContext {
   clock: () => number;
   /** Every sample of a problem starts from the same prompt: rendered and tokenized once. */
   promptCache: Map<string, number[]>;
-  /** `--tool-cache group`: a problem's identical pure calls with a reproducible result run once. */
+  /**
+   * `--tool-cache group`: a problem's identical pure calls with a reproducible result run once.
+   * Never in session mode: a cell's result depends on the cells before it, not on its code alone.
+   */
   toolCache?: GroupToolCache;
+  /** Session mode (`protocol.toolState`): the trajectories' sessions open now, closed when the run ends. */
+  sessions: OpenSessions;
 }
 
-/** The sandbox as the agent loop's tool runner: service failures end the trajectory, a refused token the run. */
-async function runTools(run: JobContext, problem: string, calls: Parameters<AgentIO['runTools']>[0]) {
+/**
+ * The sandbox as the agent loop's tool runner: service failures end the trajectory, a refused token
+ * the run. In session mode a turn's calls run one after the other as cells of the trajectory's
+ * session; otherwise at once, each in a fresh interpreter.
+ */
+async function runTools(
+  run: JobContext,
+  problem: string,
+  calls: Parameters<AgentIO['runTools']>[0],
+  session: ToolSession | undefined,
+) {
   const execute = (c: (typeof calls)[number]) => () =>
     run.sandbox.run({ type: 'python', solution: c.code, input: c.input });
   try {
+    if (session) {
+      const results = [];
+      for (const c of calls) results.push(await session.run(c));
+      return results;
+    }
     return await Promise.all(
       calls.map((c) =>
         run.toolCache ? run.toolCache.run(problem, c.code, c.input, execute(c)) : execute(c)(),
@@ -48,6 +68,8 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
   // Under one-step-off the engines may load newer weights while a trajectory is under way, so the
   // policy that generated it is known per turn, not per step.
   const versions: (string | undefined)[] = [];
+  const session =
+    run.protocol.toolState === 'session' ? new ToolSession(run.sandbox, run.ended, run.sessions) : undefined;
   const io: AgentIO = {
     async generate(context, maxNew, turn) {
       const t0 = run.clock();
@@ -60,7 +82,7 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
     },
     runTools(calls) {
       run.meter.calledTools(calls.length);
-      return runTools(run, job.problem.id, calls);
+      return runTools(run, job.problem.id, calls, session);
     },
   };
   let ids = run.promptCache.get(job.problem.id);
@@ -68,12 +90,20 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
     ids = promptIds(job.problem, run.protocol);
     run.promptCache.set(job.problem.id, ids);
   }
+  // The session goes with its trajectory, however it ends (answer, turns, budget, error, abort).
   const r = await runAgent(job.problem.prompt, run.protocol, io, { ...run.agent, promptIds: ids }).finally(
-    () => run.toolCache?.finished(job.problem.id),
+    async () => {
+      run.toolCache?.finished(job.problem.id);
+      await session?.close();
+    },
   );
   run.core.forget(job.id);
   const record = trajectoryRecord(job, run.policy, r, scoreTrajectory(job.problem, r, run.score), timing);
   if (versions.length > 0 && versions.every((v) => v !== undefined))
     record.turn_versions = versions as string[];
+  if (session) {
+    record.tool_state = 'session';
+    if (session.replays > 0) record.session_replays = session.replays;
+  }
   return record;
 }

@@ -10,6 +10,7 @@ import type { EngineKind } from './engines.js';
 import type { RolloutProgress } from './progress.js';
 import { POLICIES, type Policy } from './scheduler.js';
 import { TOOL_CACHE_MODES, type ToolCacheMode } from './tool-cache.js';
+import { TOOL_STATES, type ToolState } from './tool-state.js';
 
 export { POLICIES, type Policy, ROLLOUT_DEFAULTS };
 
@@ -41,6 +42,7 @@ export interface SharedRolloutFlags {
   toolCache: ToolCacheMode;
   engineTimeout: number;
   toolCacheAudit: number;
+  toolState: ToolState;
 }
 
 /** What the flags only `rstar rollout` takes parse to: the runner's knobs eval leaves at their defaults. */
@@ -57,6 +59,7 @@ const D = ROLLOUT_DEFAULTS satisfies {
   schedule: Policy;
   compat: Compat;
   toolCache: ToolCacheMode;
+  toolState: ToolState;
   [key: string]: string | number;
 };
 
@@ -121,8 +124,21 @@ export function sharedRolloutOptions(samples: number): Option[] {
     )
       .argParser(number(0, 1))
       .default(D.toolCacheAudit),
+    toolStateOption(),
   ];
 }
+
+/**
+ * `--tool-state`, one flag for rollout, eval and sft-data: `session` runs a trajectory's tool calls
+ * as the cells of one sandbox session and tells the model so in the tool's description.
+ */
+export const toolStateOption = (): Option =>
+  choice(
+    '--tool-state <state>',
+    "stateless: every tool call runs in a fresh interpreter (the release); session: a trajectory's calls are the cells of one Python session (variables, imports, functions and files persist), and the tool's description says so",
+    TOOL_STATES,
+    D.toolState,
+  );
 
 const engineTimeout = () =>
   new Option('--engine-timeout <s>', 'one engine request, seconds')

@@ -7,6 +7,7 @@ import {
 } from './chat-template.js';
 import { ROLLOUT_DEFAULTS } from './defaults.js';
 import { loadTokenizer, type TextTokenizer } from './tokenizer.js';
+import { describeToolState, type ToolState } from './tool-state.js';
 
 export type { ToolCall } from './tool-parser.js';
 export { parseToolCalls, resolveToolCall } from './tool-parser.js';
@@ -15,8 +16,15 @@ export { parseToolCalls, resolveToolCall } from './tool-parser.js';
 export interface ProtocolContext {
   readonly tokenizer: TextTokenizer;
   readonly template: ChatTemplate;
+  /** The tool schemas as the model sees them (session mode: described with `SESSION_NOTE`). */
   readonly tools: readonly ToolSchema[];
   readonly toolNames: readonly string[];
+  /**
+   * `--tool-state`: `session` runs a trajectory's calls as the cells of one sandbox session, and
+   * the tools' description says so; `stateless` (the release) runs each call fresh. One field for
+   * both, so the prompt and the execution cannot disagree.
+   */
+  readonly toolState: ToolState;
   /**
    * Ids of what the template renders for `[{}]` without a generation prompt: the default system
    * block. The release renders tool messages as a conversation of their own and cuts this many
@@ -31,6 +39,7 @@ export function createProtocol(
   tokenizer: TextTokenizer,
   template: ChatTemplate,
   tools: readonly ToolSchema[],
+  toolState: ToolState = 'stateless',
 ): ProtocolContext {
   let systemPrefix = '';
   try {
@@ -42,8 +51,9 @@ export function createProtocol(
   return {
     tokenizer,
     template,
-    tools,
+    tools: describeToolState(tools, toolState),
     toolNames: tools.map((t) => t.function.name),
+    toolState,
     systemPrefixIds: tokenizer.encode(systemPrefix),
     eosId: tokenizer.tokenToId(eos) ?? tokenizer.tokenToId('<|im_end|>'),
   };
@@ -54,16 +64,18 @@ export interface LoadProtocolOptions {
   chatTemplate?: string;
   /** JSON file of tool schemas; default: `python_code_with_standard_io`. */
   toolsFile?: string;
+  /** `--tool-state` (default `stateless`). */
+  toolState?: ToolState;
 }
 
-/** Loads tokenizer folder (or `qwen3`), chat template and tool schemas into one context. */
+/** Loads tokenizer folder (or `qwen3`), chat template and tool schemas (described for `toolState`) into one context. */
 export async function loadProtocol(
   tokenizer: string | TextTokenizer,
-  { chatTemplate = ROLLOUT_DEFAULTS.chatTemplate, toolsFile }: LoadProtocolOptions = {},
+  { chatTemplate = ROLLOUT_DEFAULTS.chatTemplate, toolsFile, toolState }: LoadProtocolOptions = {},
 ): Promise<ProtocolContext> {
   const tk = typeof tokenizer === 'string' ? await loadTokenizer(tokenizer) : tokenizer;
   const template = await loadChatTemplate(chatTemplate, tk);
-  return createProtocol(tk, template, await loadToolSchemas(toolsFile));
+  return createProtocol(tk, template, await loadToolSchemas(toolsFile), toolState);
 }
 
 /** The release's raw prompt: one user message holding the problem text. */

@@ -11,6 +11,7 @@ import { ErrorBudget, Outcomes } from './outcomes.js';
 import { ProgressMeter, type RolloutProgress } from './progress.js';
 import type { ProtocolContext } from './protocol.js';
 import type { Policy } from './scheduler.js';
+import { OpenSessions } from './session.js';
 import {
   GroupToolCache,
   type SandboxTraits,
@@ -85,6 +86,17 @@ export interface RolloutOptions {
   onProgress?: (p: RolloutProgress) => void;
 }
 
+let cacheWarned = false;
+
+/** `--tool-cache group` under `--tool-state session`: said once per process, on stderr. */
+function warnCacheBypassed(): void {
+  if (cacheWarned) return;
+  cacheWarned = true;
+  process.stderr.write(
+    "WARNING tool cache: --tool-cache group does not apply with --tool-state session (a cell's result depends on the cells before it): every call runs in its trajectory's session\n",
+  );
+}
+
 /** The sandbox of the run, its token checked: a wrong one fails here, before any engine is asked. */
 async function connectSandbox(options: RolloutOptions): Promise<{ client: SandboxClient; own: boolean }> {
   if (typeof options.sandbox !== 'string') {
@@ -134,6 +146,8 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     options.scrapeMs ?? ROLLOUT_DEFAULTS.scrapeMs,
     () => meter.report(),
   );
+  const session = options.protocol.toolState === 'session';
+  if (session && options.toolCache === 'group') warnCacheBypassed();
   const run: JobContext = {
     engines,
     core,
@@ -160,8 +174,9 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     score: { compat: options.compat, rewardTruncated: options.rewardTruncated },
     clock,
     promptCache: new Map(),
+    sessions: new OpenSessions(),
     toolCache:
-      options.toolCache === 'group'
+      options.toolCache === 'group' && !session
         ? new GroupToolCache({
             samples: samplesPerProblem(jobs),
             sandbox: options.sandboxTraits ?? (await sandboxTraits(sandbox.client.url)),
@@ -192,6 +207,8 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     outcomes.stop();
     health.stop();
     run.toolCache?.close();
+    // Trajectories stopped mid-way (an abort, the error budget, a consumer gone) close their sessions here.
+    await run.sessions.closeAll();
     if (sandbox.own) await sandbox.client.close();
   }
 }

@@ -247,11 +247,15 @@ export async function* rolloutSteps(
     }
     const tally = { trajectories: 0, sum: 0, scored: 0 };
     // Every round's cache adds to the step's counts.
-    const toolCache = rolloutOptions.toolCache === 'group' ? emptyCounts() : undefined;
+    // (none in session mode: every call runs in its trajectory's session)
+    const session = rolloutOptions.protocol.toolState === 'session';
+    const toolCache = rolloutOptions.toolCache === 'group' && !session ? emptyCounts() : undefined;
+    let replays = 0;
     const turnsByVersion: Record<string, number> = {};
     const uses: (ToolUseSample & { family?: string })[] = [];
     const stamp = (t: Trajectory): Trajectory => {
       tally.trajectories += 1;
+      replays += t.session_replays ?? 0;
       for (const v of t.turn_versions ?? []) turnsByVersion[v] = (turnsByVersion[v] ?? 0) + 1;
       if (!failed(t)) {
         uses.push({ ...pickUse(t), family: families.get(t.problem_id) });
@@ -319,6 +323,7 @@ export async function* rolloutSteps(
         policy_version: version,
         ...(Object.keys(turnsByVersion).length > 0 ? { turns_by_version: turnsByVersion } : {}),
         ...(toolCache ? { tool_cache: toolCache } : {}),
+        ...(session ? { tool_state: 'session' as const, session_replays: replays } : {}),
         tool_use: toolUse(uses),
         ...(Object.keys(byFamily).length > 0 ? { tool_use_by_family: byFamily } : {}),
         wait_seconds: Math.round(waited * 1000) / 1000,

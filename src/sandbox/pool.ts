@@ -271,12 +271,13 @@ export class LocalPool implements Runner {
     this.#lightCount = o.workers - heavyCount;
     for (let index = 0; index < o.workers; index += 1) {
       const heavy = index >= o.workers - heavyCount;
-      // Each worker holds its share of the sessions too (their memory, a state and an init each).
-      const sessionShare = Math.ceil(o.maxSessions / o.workers);
+      // Any one worker may hold every session (placement follows their code): room for all of
+      // them, an init and a state each, and for the whole session memory; #checkMemory keeps the
+      // workers together under the server's budget.
       const cgroup = this.#cgroups.create(
         `w${index}`,
-        (o.memoryMb + o.scratchMb + 16 + 512 + Math.ceil(o.sessionMemoryMb / o.workers)) * 1024 * 1024,
-        o.nproc * 2 + 16 + 2 * sessionShare,
+        this.#workerMemoryBytes(),
+        o.nproc * 2 + 16 + 3 * o.maxSessions,
       );
       const config: ExecutorConfig = {
         index,
@@ -391,19 +392,21 @@ export class LocalPool implements Runner {
 
   #dispatch(): void {
     for (const executor of this.#executors) {
-      if (this.queued === 0) return;
-      if (!executor.alive || executor.busy) continue;
-      let job = this.#take(executor);
-      const now = performance.now();
-      while (job && job.deadline < now) {
-        if (job.session) job.session.pending -= 1;
-        job.resolve(failure(job.submission, 'queue_timeout', (now - job.enqueued) / 1000));
-        job = this.#take(executor);
+      // A job may end without using the executor (a cell of a session lost meanwhile): the
+      // executor then takes the next one at once, not at the next event.
+      while (this.queued > 0 && executor.alive && !executor.busy) {
+        let job = this.#take(executor);
+        const now = performance.now();
+        while (job && job.deadline < now) {
+          if (job.session) job.session.pending -= 1;
+          job.resolve(failure(job.submission, 'queue_timeout', (now - job.enqueued) / 1000));
+          job = this.#take(executor);
+        }
+        if (!job) break;
+        if (job.op) this.#operate(executor, job);
+        else if (job.session) this.#executeCell(executor, job);
+        else this.#execute(executor, job);
       }
-      if (!job) continue;
-      if (job.op) this.#operate(executor, job);
-      else if (job.session) this.#executeCell(executor, job);
-      else this.#execute(executor, job);
     }
   }
 
@@ -558,6 +561,9 @@ export class LocalPool implements Runner {
     const load = new Map<Executor, number>();
     for (const s of this.#sessions.values())
       if (s.executor) load.set(s.executor, (load.get(s.executor) ?? 0) + 1);
+    // Heavy code goes to an executor that preloaded numpy and sympy: on a light one every session
+    // would import them into pages of its own (~30 MiB per idle session instead of ~11). With the
+    // default --workers (2 x cores) there are as many heavy executors as cores.
     const candidates = this.#executors.filter((e) => !heavy || e.config.heavy);
     let best = candidates[0];
     for (const e of candidates) if ((load.get(e) ?? 0) < (load.get(best) ?? 0)) best = e;
@@ -733,13 +739,26 @@ export class LocalPool implements Runner {
     const cgroup = executor.config.cgroup;
     if (!cgroup) return;
     const o = this.options;
-    const limit =
-      (o.memoryMb + o.scratchMb + 16 + 512 + Math.ceil(o.sessionMemoryMb / o.workers)) * 1024 * 1024;
-    const ceiling = limit - (o.memoryMb + o.scratchMb + 64) * 1024 * 1024;
+    const MB = 1024 * 1024;
+    const headroom = (o.memoryMb + o.scratchMb + 64) * MB;
+    // The server's budget: every worker's own share (its interpreter and one call) plus the sessions'.
+    const budget = o.workers * (o.memoryMb + o.scratchMb + 16 + 512) * MB + o.sessionMemoryMb * MB - headroom;
+    const total = () => this.#executors.reduce((sum, e) => sum + (e.config.cgroup?.memoryUsage() ?? 0), 0);
     for (let i = 0; i < 64; i += 1) {
       const used = cgroup.memoryUsage();
-      if (used === undefined || used <= ceiling || !this.#evictIdle(undefined, executor)) return;
+      if (used === undefined) return;
+      if (used > this.#workerMemoryBytes() - headroom) {
+        if (!this.#evictIdle(undefined, executor)) return;
+      } else if (total() > budget) {
+        if (!this.#evictIdle()) return;
+      } else return;
     }
+  }
+
+  /** A worker's memory limit: its interpreter and one call, plus every session's memory. */
+  #workerMemoryBytes(): number {
+    const o = this.options;
+    return (o.memoryMb + o.scratchMb + 16 + 512 + o.sessionMemoryMb) * 1024 * 1024;
   }
 
   #sweep(): void {

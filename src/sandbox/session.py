@@ -352,13 +352,13 @@ def memory_error_line(err_len):
 def family_main(ctl, uid, number, files_fd):
     """The family init: PID 1 of the new namespace, root, never runs user code."""
     try:
-        keep = {ctl.fileno(), files_fd, 0, 1, 2}
-        for fd in range(3, 1024):
-            if fd not in keep:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        # Nothing of the executor's (its control pipes, other families' sockets) reaches a session.
+        keep = sorted({ctl.fileno(), files_fd})
+        low = 3
+        for fd in keep:
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, EXECUTOR_NOFILE)
         libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
         private_scratch()
         blob = b''
@@ -457,7 +457,7 @@ class Init:
         self.owner = None  # whose files /tmp holds
         self.cell = None  # the running cell
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.wake = wake_r
+        self.wake, self.wake_w = wake_r, wake_w
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(wake_w)
 
@@ -468,7 +468,10 @@ class Init:
             try:
                 self.ctl.close()
                 mine.close()
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 os.close(self.wake)
+                os.close(self.wake_w)
                 first_state(theirs, self.uid)
             except BaseException as error:
                 os.write(2, f'rstar session: state set-up failed: {type(error).__name__}: {error}\n'.encode())
@@ -496,13 +499,7 @@ class Init:
                 pass
         except BlockingIOError:
             pass
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid in dead_children():
             for number, (state_pid, sock) in list(self.states.items()):
                 if state_pid == pid:
                     self.lose(number)

@@ -11,15 +11,28 @@
 # JSON answer per line on fd 4, {"exit", "cost", "timed_out", "stdout", "stderr"}, the outputs the
 # first `keep` bytes, base64 (Node decodes them as the sandbox's are). fd 2 at start (the runner's
 # own errors) is kept as fd 5 while calls use fds 0-2.
+#
+# Sessions (`sft-data --tool-state session`), the sandbox's cell rules for trusted code:
+# {"op": "open", "files"?: {name: base64}} answers {"session": ID}; a call with "session": ID runs
+# as that session's next cell and its answer adds "rolled_back"; {"op": "close", "session": ID}
+# answers {"closed": true} (an unknown ID too); a cell of an unknown ID answers {"error": "session_not_found"}. A session is a
+# process forked from this interpreter (its *holder*), holding a `__main__` scope and a working
+# folder of its own. A cell runs in a process forked from the holder. A cell that finishes (with or
+# without an exception, as Jupyter) becomes the new state: its process forks again from its main
+# thread (so none of the cell's background threads is in the state) and that fork is the new
+# holder, the working folder as the cell left it. A cell stopped at its limit (or that crashed)
+# leaves the holder, its scope and its folder (restored from a copy) as they were before it.
 import base64
 import builtins
 import json
 import os
+import select
 import shutil
 import signal
 import sys
 import tempfile
 import time
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cell  # noqa: E402
@@ -61,23 +74,25 @@ def captured(fd, keep):
     return base64.b64encode(b''.join(chunks)).decode()
 
 
-def run(req, scratch, own_main):
-    os.chdir(scratch)
-    redirect(0, req.get('input', '').encode('utf-8', 'surrogatepass'))
+def std_streams(data):
+    """The call's stdin (`data`), stdout and stderr on fds 0-2, as a sandboxed call has them
+    (zygote.py: std_streams)."""
+    redirect(0, data.encode('utf-8', 'surrogatepass'))
     redirect(1)
     redirect(2)
-    # As a sandboxed call has them (zygote.py: std_streams).
     sys.stdin = open(0, 'r', encoding='utf-8', errors='replace', closefd=False)
     sys.stdout = open(1, 'w', encoding='utf-8', errors='backslashreplace', closefd=False)
     sys.stderr = open(2, 'w', encoding='utf-8', errors='backslashreplace', buffering=1, closefd=False)
-    main = type(sys)('__main__')
-    main.__builtins__ = builtins
-    sys.modules['__main__'] = main
+
+
+def timed_cell(req, scope, exit_funcs=True):
+    """Runs the call's code in `scope` under its time limit: (exit status, cost, timed out). A
+    session's cell runs no atexit functions (its process lives on as the session, as the sandbox's)."""
     timed_out = False
     started = time.perf_counter()
     signal.setitimer(signal.ITIMER_REAL, max(float(req.get('timeout', 10)), 1e-3))
     try:
-        status = cell.run_cell(req['code'], req.get('mode'), main.__dict__)
+        status = cell.run_cell(req['code'], req.get('mode'), scope, exit_funcs)
     except TimeUp:
         timed_out, status = True, 124
     finally:
@@ -88,7 +103,10 @@ def run(req, scratch, own_main):
             stream.flush()
         except BaseException:
             pass
-    sys.modules['__main__'] = own_main
+    return status, cost, timed_out
+
+
+def answer(req, status, cost, timed_out):
     keep = int(req.get('keep', 4004))
     return {
         'exit': status,
@@ -99,21 +117,253 @@ def run(req, scratch, own_main):
     }
 
 
+def run(req, scratch, own_main):
+    os.chdir(scratch)
+    std_streams(req.get('input', ''))
+    main = type(sys)('__main__')
+    main.__builtins__ = builtins
+    sys.modules['__main__'] = main
+    status, cost, timed_out = timed_cell(req, main.__dict__)
+    sys.modules['__main__'] = own_main
+    return answer(req, status, cost, timed_out)
+
+
+def read_line(fd):
+    """One line from a pipe, read without reading ahead (the next line may be another process's)."""
+    data = b''
+    while not data.endswith(b'\n'):
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+# A holder waits this long past a cell's own limit (its SIGALRM) before it SIGKILLs the cell.
+GRACE = 1.0
+
+
+class Sessions:
+    """The runner's side of the sessions: one command pipe and one answer pipe per holder."""
+
+    def __init__(self, scratch):
+        self.scratch = scratch
+        self.open = {}  # id -> (command fd, answer fd, folder)
+        self.count = 0
+
+    def create(self, files):
+        self.count += 1
+        sid = f's{self.count}'
+        folder = os.path.join(self.scratch, sid)
+        work = os.path.join(folder, 'work')
+        os.makedirs(work)
+        for name, content in (files or {}).items():
+            path = os.path.join(work, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, 'wb') as f:
+                f.write(base64.b64decode(content))
+        cmd_r, cmd_w = os.pipe()
+        ans_r, ans_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                # Only its own pipes: the runner's and other sessions' ends would keep them open.
+                keep = {cmd_r, ans_w, LOG}
+                for fd in [REQUESTS, ANSWERS, cmd_w, ans_r] + [x for v in self.open.values() for x in v[:2]]:
+                    if fd not in keep:
+                        try:
+                            os.close(fd)
+                        except OSError:
+                            pass
+                main = type(sys)('__main__')
+                main.__builtins__ = builtins
+                sys.modules['__main__'] = main
+                holder(cmd_r, ans_w, main, work)
+            finally:
+                os._exit(0)
+        os.close(cmd_r)
+        os.close(ans_w)
+        self.open[sid] = (cmd_w, ans_r, folder)
+        return sid
+
+    def run(self, sid, req):
+        write_all(self.open[sid][0], json.dumps(req).encode() + b'\n')
+        line = read_line(self.open[sid][1])
+        if line is None:
+            raise RuntimeError(f'session {sid}: its holder died')
+        return json.loads(line)
+
+    def close(self, sid):
+        cmd_w, ans_r, folder = self.open.pop(sid)
+        os.close(cmd_w)  # the holder reads end-of-file and exits
+        read_line(ans_r)  # end-of-file once it has (and every cell of it) gone
+        os.close(ans_r)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def close_all(self):
+        for sid in list(self.open):
+            self.close(sid)
+
+
+def holder(cmd_r, ans_w, main, work):
+    """A session's state: waits for a cell, runs it in a forked process, and either hands the
+    session over to that process's snapshot (the cell finished) or keeps it (killed)."""
+    os.chdir(work)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)  # the last cell's captured streams are not kept open
+    os.close(devnull)
+    backup = work + '.before'
+    while True:
+        line = read_line(cmd_r)
+        if line is None:
+            return
+        req = json.loads(line)
+        shutil.rmtree(backup, ignore_errors=True)
+        shutil.copytree(work, backup, symlinks=True)
+        status_r, status_w = os.pipe()
+        # The handover: a finished cell's snapshot reads commands only once this holder has taken
+        # the cell as finished (a byte); end-of-file (the cell was killed at its limit) ends it.
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(status_r)
+            os.close(go_w)
+            cell_process(req, main, status_w, go_r, cmd_r, ans_w, work, backup)
+        os.close(status_w)
+        os.close(go_r)
+        deadline = time.monotonic() + max(float(req.get('timeout', 10)), 1e-3) + GRACE
+        report = b''
+        killed = False
+        while not report.endswith(b'\n'):
+            left = deadline - time.monotonic()
+            ready = select.select([status_r], [], [], max(left, 0))[0] if left > 0 else []
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+                break
+            chunk = os.read(status_r, 1 << 16)
+            if not chunk:
+                break  # the cell's process died without a word: crashed
+            report += chunk
+        os.close(status_r)
+        done = json.loads(report) if report.endswith(b'\n') else None
+        if done is not None and done['rolled_back'] is False:
+            # The cell is the new state; its snapshot reads the commands from now on (the cell's
+            # processes are this runner's to reap: its subreaper). The answer is ours to send.
+            write_all(go_w, b'1')
+            write_all(ans_w, json.dumps(done).encode() + b'\n')
+            os._exit(0)
+        os.close(go_w)  # no handover: a snapshot waiting for one ends
+        os.waitpid(pid, 0)
+        # Killed, timed out or crashed: the session stays as it was, its folder too.
+        os.chdir('/')
+        shutil.rmtree(work, ignore_errors=True)
+        os.rename(backup, work)
+        os.chdir(work)
+        if done is None:
+            done = {
+                'exit': -9 if killed else -1,
+                'cost': float(req.get('timeout', 10)) if killed else 0.0,
+                'timed_out': killed,
+                'stdout': '',
+                'stderr': '',
+                'rolled_back': True,
+            }
+        write_all(ans_w, json.dumps(done).encode() + b'\n')
+
+
+def threads():
+    """The threads of this process, the operating system's count (a C library's threads too)."""
+    try:
+        return len(os.listdir('/proc/self/task'))
+    except OSError:
+        return 0  # unknown: take a snapshot by fork
+
+
+def cell_process(req, main, status_w, go_r, cmd_r, ans_w, work, backup):
+    """A cell, in its own process forked from the session's holder; never returns."""
+    try:
+        std_streams(req.get('input', ''))
+        status, cost, timed_out = timed_cell(req, main.__dict__, exit_funcs=False)
+        report = answer(req, status, cost, timed_out)
+        report['rolled_back'] = timed_out
+        if not timed_out:
+            # The snapshot: this process when the cell left no thread running (a fork saved), else
+            # a fork from this (the main) thread alone, so the cell's threads stay behind.
+            alone = threads() == 1
+            snapshot = 0
+            if not alone:
+                with warnings.catch_warnings():
+                    warnings.simplefilter('ignore')  # "this process is multi-threaded, use of fork()..."
+                    snapshot = os.fork()
+            if snapshot == 0:
+                if alone:
+                    write_all(status_w, json.dumps(report).encode() + b'\n')
+                os.close(status_w)
+                if os.read(go_r, 1) == b'1':
+                    os.close(go_r)
+                    shutil.rmtree(backup, ignore_errors=True)
+                    holder(cmd_r, ans_w, main, work)
+                os._exit(0)
+        os.close(go_r)
+        write_all(status_w, json.dumps(report).encode() + b'\n')
+    finally:
+        os._exit(0)
+
+
+def serve(req, scratch, own_main, sessions):
+    op = req.get('op', 'run')
+    if op == 'open':
+        return {'session': sessions.create(req.get('files'))}
+    sid = req.get('session')
+    if op == 'close':  # idempotent: an unknown session is closed already
+        if sid in sessions.open:
+            sessions.close(sid)
+        return {'closed': True}
+    if sid is not None and sid not in sessions.open:
+        return {'error': 'session_not_found'}
+    if sid is None:
+        return run(req, scratch, own_main)
+    return sessions.run(sid, req)
+
+
+def reap():
+    """Waits for the session processes that have exited (this process is their subreaper)."""
+    cell.dead_children()
+
+
 def main():
     os.dup2(2, LOG)
     signal.signal(signal.SIGALRM, time_up)
     scratch = tempfile.mkdtemp(prefix='rstar-warm-')
     own_main = sys.modules['__main__']
+    sessions = Sessions(scratch)
+    subreaper = False
     requests = os.fdopen(REQUESTS, 'rb')
     try:
         for line in requests:
             if not line.strip():
                 continue
-            answer = json.dumps(run(json.loads(line), scratch, own_main)) + '\n'
-            data = answer.encode()
-            while data:
-                data = data[os.write(ANSWERS, data) :]
+            req = json.loads(line)
+            if req.get('op') == 'open' and not subreaper:
+                # A session's later holders are orphans (their parent, a cell, exits): they come to us.
+                import ctypes
+
+                ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+                subreaper = True
+            data = (json.dumps(serve(req, scratch, own_main, sessions)) + '\n').encode()
+            write_all(ANSWERS, data)
+            if subreaper:
+                reap()
     finally:
+        sessions.close_all()
+        reap()
         os.chdir('/')
         shutil.rmtree(scratch, ignore_errors=True)
 

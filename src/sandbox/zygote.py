@@ -366,6 +366,9 @@ def stop_at_limit(pid, pidfd):
     kill_call(pid)
 
 
+EXECUTOR_NOFILE, CALL_NOFILE = 16384, 256
+
+
 def prepare_process():
     """What every call's child would otherwise set up itself, done once here and inherited by
     each fork: the calls' environment, no supplementary groups, no core dumps, the descriptor
@@ -374,7 +377,9 @@ def prepare_process():
     default signal dispositions."""
     os.environ.clear()
     os.environ.update(CONFIG['env'])
-    for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, 256)):
+    # The executor holds two descriptors per session family (its socket and pidfd): its own limit is
+    # high, and every call and session state lowers it to CALL_NOFILE (CALL_LIMITS).
+    for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, EXECUTOR_NOFILE)):
         resource.setrlimit(which, (value, value))
     if os.getuid() == 0:
         # Only as root: for another uid it would count (and so could stop) this process's forks.
@@ -394,6 +399,7 @@ SCRATCH_OPTS = f"size={CONFIG['scratch_mb']}m,nr_inodes={CONFIG['scratch_inodes'
 HAS_SHM = os.path.isdir('/dev/shm')
 CALL_LIMITS = [(resource.RLIMIT_FSIZE, CONFIG['fsize_mb'] * 1024 * 1024)]
 CALL_LIMITS.append((resource.RLIMIT_NPROC, CONFIG['nproc']))
+CALL_LIMITS.append((resource.RLIMIT_NOFILE, CALL_NOFILE))
 if AS_LIMIT > 0:
     CALL_LIMITS.append((resource.RLIMIT_AS, AS_LIMIT))
 
@@ -495,7 +501,7 @@ def child_main(scratch, stdin_fd, out_w, err_w, req_r):
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.dup2(req_r, 3)
-        os.closerange(4, 1024)
+        os.closerange(4, EXECUTOR_NOFILE)
         try:
             enter_sandbox(scratch)
         except BaseException as error:

@@ -19,7 +19,15 @@ export interface CodeCall {
 
 /** Runs the curriculum's code so demonstrations carry real outputs (rollout formats the text). */
 export interface ToolRunner {
+  /** Each call in a fresh interpreter (`--tool-state stateless`). */
   run(calls: CodeCall[]): Promise<SubmissionResult[]>;
+  /**
+   * The calls, in order, as the cells of one new session, closed afterwards (`--tool-state
+   * session`): a finished cell's effects (variables, imports, files; an exception keeps what ran
+   * before it) are there for the next, a cell killed at its limit leaves the session as it was
+   * (`session_rolled_back: true`).
+   */
+  runCells(calls: CodeCall[]): Promise<SubmissionResult[]>;
   close(): Promise<void>;
 }
 
@@ -31,6 +39,17 @@ export function sandboxRunner(url: string, options: { token?: string } = {}): To
   const client = new SandboxClient(url, { token: options.token, rejectServiceFailures: true });
   return {
     run: (calls) => client.runBatch(calls.map((c) => ({ type: 'python', solution: c.code, input: c.input }))),
+    async runCells(calls) {
+      const session_id = await client.createSession();
+      try {
+        const results: SubmissionResult[] = [];
+        for (const c of calls)
+          results.push(await client.run({ type: 'python', solution: c.code, input: c.input, session_id }));
+        return results;
+      } finally {
+        await client.closeSession(session_id);
+      }
+    },
     close: () => client.close(),
   };
 }
@@ -41,6 +60,7 @@ export async function embeddedRunner(options: { timeoutS?: number } = {}): Promi
   const runner = sandboxRunner(sandbox.url);
   return {
     run: runner.run,
+    runCells: runner.runCells,
     async close() {
       await runner.close();
       await sandbox.close();
@@ -70,7 +90,8 @@ export function warmRunner(
     env: { ...env, PYTHONHASHSEED: String(DEFAULT_HASH_SEED) },
     stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
   });
-  const pending: { resolve: (r: RawResult) => void; reject: (e: Error) => void }[] = [];
+  // Answers come back one line per request, in request order.
+  const pending: { resolve: (line: string) => void; reject: (e: Error) => void }[] = [];
   let log = '';
   let ended: Error | undefined;
   const fail = (error: Error) => {
@@ -89,37 +110,59 @@ export function warmRunner(
   const requests = child.stdio[3] as Writable;
   requests.on('error', () => {}); // a dead runner is reported by 'close'
   const answers = createInterface({ input: child.stdio[4] as Readable });
-  answers.on('line', (line) => {
-    const waiting = pending.shift();
-    if (!waiting) return;
+  answers.on('line', (line) => pending.shift()?.resolve(line));
+
+  function request(body: Record<string, unknown>): Promise<string> {
+    if (ended) return Promise.reject(ended);
+    const line = new Promise<string>((resolve, reject) => pending.push({ resolve, reject }));
+    requests.write(`${JSON.stringify(body)}\n`);
+    return line;
+  }
+
+  /** A call's answer as the sandbox's result: `toResult` over the raw exit, cost and outputs. */
+  function result(call: CodeCall, line: string): SubmissionResult {
     const a = JSON.parse(line) as {
       exit: number;
       cost: number;
       timed_out: boolean;
       stdout: string;
       stderr: string;
+      rolled_back?: boolean;
+      error?: string;
     };
-    waiting.resolve({
+    if (a.error !== undefined) throw new Error(`warm runner: ${a.error}`);
+    const raw: RawResult = {
       exit: a.exit,
       cost: a.cost,
       timed_out: a.timed_out,
       output_exceeded: false,
       stdout: firstChars(Buffer.from(a.stdout, 'base64'), outputChars),
       stderr: firstChars(Buffer.from(a.stderr, 'base64'), outputChars),
-    });
-  });
+    };
+    const r = toResult({ type: 'python', solution: call.code, input: call.input }, raw, outputChars);
+    // As the sandbox answers a session's cell: `session_rolled_back` only on a killed one.
+    return a.rolled_back === true ? { ...r, session_rolled_back: true } : r;
+  }
 
-  function one(call: CodeCall): Promise<SubmissionResult> {
-    if (ended) return Promise.reject(ended);
-    const raw = new Promise<RawResult>((resolve, reject) => pending.push({ resolve, reject }));
-    requests.write(`${JSON.stringify({ code: call.code, input: call.input, timeout, keep })}\n`);
-    return raw.then((r) =>
-      toResult({ type: 'python', solution: call.code, input: call.input }, r, outputChars),
+  const one = (call: CodeCall, session?: string): Promise<SubmissionResult> =>
+    request({ code: call.code, input: call.input, timeout, keep, ...(session ? { session } : {}) }).then(
+      (line) => result(call, line),
     );
+
+  async function runCells(calls: CodeCall[]): Promise<SubmissionResult[]> {
+    const { session } = JSON.parse(await request({ op: 'open' })) as { session: string };
+    try {
+      const results: SubmissionResult[] = [];
+      for (const c of calls) results.push(await one(c, session));
+      return results;
+    } finally {
+      if (!ended) await request({ op: 'close', session });
+    }
   }
 
   return {
-    run: (calls) => Promise.all(calls.map(one)),
+    run: (calls) => Promise.all(calls.map((c) => one(c))),
+    runCells,
     async close() {
       if (child.exitCode !== null || child.signalCode !== null) return;
       const closed = new Promise((resolve) => child.once('close', resolve));

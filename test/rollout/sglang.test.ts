@@ -22,7 +22,7 @@ import { AsyncScheduler, Scheduler } from '../../src/rollout/scheduler.js';
 import { startSandbox } from '../../src/sandbox/embedded.js';
 import { ANSWER, CALL, collect, problems, TINY, toolCall } from '../support/agent-fixtures.js';
 import { type FakeServer, fakeLogprob, startFakeSglang } from '../support/fake-sglang.js';
-import { BIN, lines, ndjson, ROOT, rstar } from '../support/helpers.js';
+import { BIN, lines, ndjson, ROOT, rolloutArgs, rstar } from '../support/helpers.js';
 
 describe('rstar rollout against a scripted SGLang server and the real sandbox', () => {
   let dir: string;
@@ -49,19 +49,7 @@ describe('rstar rollout against a scripted SGLang server and the real sandbox', 
     const engine = await fake({ modelPath: '/ckpt/step-7' });
     const file = join(dir, 'problems.jsonl');
     writeFileSync(file, ndjson(problems(2)));
-    const r = await rstar([
-      'rollout',
-      '--problems',
-      file,
-      '--engine',
-      engine.url,
-      '--sandbox',
-      sandbox.url,
-      '--tokenizer',
-      TINY,
-      '--n',
-      '2',
-    ]);
+    const r = await rstar(['rollout', ...rolloutArgs(file, engine.url, sandbox.url, TINY), '--n', '2']);
     assert.equal(r.code, 0, r.stderr);
     const out = lines(r.stdout).map((x) => Trajectory.parse(x));
     assert.deepEqual(out.map((t) => t.id).sort(), ['p0/0', 'p0/1', 'p1/0', 'p1/1']);

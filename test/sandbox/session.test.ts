@@ -177,6 +177,16 @@ describe('stateful sessions (sandbox-serve, real processes)', () => {
     await Promise.all([client.closeSession(a), client.closeSession(b)]);
   });
 
+  test('a cell and a call hold no descriptor of the executor or of another session', async () => {
+    const ids = await Promise.all([client.createSession(), client.createSession(), client.createSession()]);
+    await Promise.all(ids.map((s) => cell(s, 'x = 1')));
+    // 0-2, the directory listing's own descriptor, and (a cell) its session's socket.
+    const count = 'import os\nlen(os.listdir("/proc/self/fd"))';
+    assert.equal((await cell(ids[0], count)).stdout, '5\n');
+    assert.equal((await client.run({ type: 'python', solution: count })).stdout, '4\n');
+    await Promise.all(ids.map((s) => client.closeSession(s)));
+  });
+
   test('an unknown, closed or expired session is an error naming it, never a fresh interpreter', async () => {
     const s = await client.createSession();
     await cell(s, 'x = 1');
@@ -249,6 +259,22 @@ describe('sessions: idle TTL, and a worker that dies', () => {
     assert.deepEqual(await server.stop(), []);
   });
 
+  test('a session that cannot start fails its own cells only; the cells queued behind them run', {
+    timeout: 15_000,
+  }, async () => {
+    // "a" is a file and a folder at once: the family's set-up fails on its executor (the only one).
+    const broken = await client.createSession({ files: { a: b64('x'), 'a/b': b64('y') } });
+    const fine = await client.createSession();
+    const [lost, ok] = await Promise.allSettled([
+      client.run({ type: 'python', solution: 'print(1)', session_id: broken }),
+      client.run({ type: 'python', solution: 'print(2)', session_id: fine }),
+    ]);
+    assert.equal(lost.status, 'rejected');
+    assert.ok(lost.status === 'rejected' && lost.reason instanceof SessionLost, String(lost));
+    assert.equal(ok.status === 'fulfilled' && ok.value.stdout, '2\n');
+    await client.closeSession(fine);
+  });
+
   test('an idle session expires after its TTL and is then an error', async () => {
     const s = await client.createSession();
     await client.run({ type: 'python', solution: 'x = 1', session_id: s });
@@ -281,5 +307,52 @@ describe('sessions: idle TTL, and a worker that dies', () => {
       }
     }
     assert.equal((await client.run({ type: 'python', solution: 'y', session_id: fresh })).stdout, '2\n');
+  });
+});
+
+describe('sessions: the memory ceiling', () => {
+  let server: GuardedServer;
+  let client: SandboxClient;
+  before(async () => {
+    server = await startGuardedServer(['--workers', '1', '--memory', '256', '--session-memory', '64']);
+    client = new SandboxClient(server.url, { rejectServiceFailures: true, retries: 1 });
+  });
+  after(async () => {
+    await client.close();
+    assert.deepEqual(await server.stop(), []);
+  });
+
+  test('--session-memory: idle sessions are closed, oldest first, to keep the worker under its ceiling', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 14; i += 1) {
+      const s = await client.createSession();
+      // 60 MiB of pages of its own, touched, held by the session's state.
+      const r = await client.run({
+        type: 'python',
+        solution: 'hold = bytearray(60 * 2**20)\nfor i in range(0, len(hold), 4096):\n    hold[i] = 1',
+        session_id: s,
+      });
+      assert.equal(r.reason, '', JSON.stringify(r));
+      ids.push(s);
+    }
+    const alive: boolean[] = [];
+    for (const s of ids) {
+      alive.push(
+        await client.run({ type: 'python', solution: 'len(hold)', session_id: s }).then(
+          () => true,
+          (e: unknown) => {
+            if (!(e instanceof SessionLost)) throw e;
+            return false;
+          },
+        ),
+      );
+    }
+    // The first ones made are the ones closed; the newest still hold their state.
+    assert.equal(alive[0], false, alive.join());
+    assert.equal(alive[alive.length - 1], true, alive.join());
+    assert.ok(alive.filter(Boolean).length < 14);
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    assert.match(metrics, /rstar_sandbox_sessions_closed_total\{why="evicted"\} [1-9]/);
+    await Promise.all(ids.map((s) => client.closeSession(s)));
   });
 });

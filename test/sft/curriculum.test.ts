@@ -136,6 +136,7 @@ describe('synthetic curriculum', () => {
     const measured = (cost: number, reason?: string): ToolRunner => ({
       run: async (calls) =>
         (await runner.run(calls)).map((r) => ({ ...r, cost, reason: reason ?? r.reason })),
+      runCells: runner.runCells,
       close: async () => {},
     });
     const options = { errorRate: 0.5, seed: 5, name: 'mix' };
@@ -162,6 +163,7 @@ describe('synthetic curriculum', () => {
         asked.push(calls.length);
         return runner.run(calls);
       },
+      runCells: runner.runCells,
       close: async () => {},
     };
     const options = { errorRate: 0.5, seed: 6, name: 'mix' };

@@ -94,3 +94,11 @@ export function trajectory(
     ...extra,
   };
 }
+
+/** The four flags every rollout of a test names: its problems, one engine, the sandbox, the tokenizer. */
+export const rolloutArgs = (
+  problems: string,
+  engine: string,
+  sandbox: string,
+  tokenizer: string,
+): string[] => ['--problems', problems, '--engine', engine, '--sandbox', sandbox, '--tokenizer', tokenizer];

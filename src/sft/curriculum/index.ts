@@ -3,6 +3,7 @@ import { fnv1a, Rng } from '../../random.js';
 import type { Problem } from '../../records/problem.js';
 import type { SubmissionResult } from '../../records/sandbox.js';
 import { scriptedTrajectory } from '../../rollout/agent.js';
+import type { ToolState } from '../../rollout/tool-state.js';
 import type { ConversationRenderer } from '../conversation.js';
 import type { SftRecord } from '../record.js';
 import type { CodeCall, ToolRunner } from '../tool-runner.js';
@@ -74,6 +75,30 @@ export interface DemoOptions {
   slipLoss?: boolean;
   seed: number;
   name: string;
+  /**
+   * `--tool-state` of the demonstrations (default `stateless`). `session`: a demonstration's calls
+   * run as the cells of one session (a slipped first call and its fix run one after the other in
+   * it), and `REUSE_SHARE` of the one-line tasks without a slip become `reuse` demonstrations: the
+   * first call keeps the value in a variable, the second prints it. The prompts carry the session
+   * sentence (the renderer's protocol), so SFT teaches what RL's sessions then do.
+   */
+  toolState?: ToolState;
+}
+
+/** Session mode: the share of slip-free one-line tasks demonstrated in two calls sharing a variable. */
+export const REUSE_SHARE = 0.2;
+
+/** `print(EXPR)` on one line, no stdin: a task whose value a first call can keep in a variable. */
+const ONE_LINE = /^print\((.+)\)$/;
+
+/** The two calls of a `reuse` demonstration, or undefined when the task's program is not one line. */
+export function reuseCalls(task: Pick<Task, 'code' | 'input'>): [CodeCall, CodeCall] | undefined {
+  const expr = ONE_LINE.exec(task.code)?.[1];
+  if (expr === undefined || task.input !== '' || task.code.includes('\n')) return undefined;
+  return [
+    { code: `value = ${expr}`, input: '' },
+    { code: 'print(value)', input: '' },
+  ];
 }
 
 function call(code: string, input: string) {
@@ -125,8 +150,8 @@ export async function demonstrations(
   tasks: Task[],
   runner: ToolRunner,
   renderer: ConversationRenderer,
-  { errorRate, slipLoss = false, seed, name }: DemoOptions,
-): Promise<{ records: SftRecord[]; failedFirst: number }> {
+  { errorRate, slipLoss = false, seed, name, toolState = 'stateless' }: DemoOptions,
+): Promise<{ records: SftRecord[]; failedFirst: number; reused: number }> {
   const rng = new Rng(seed ^ 0x5f3759df);
   const broken = tasks.map((t) => (rng.next() < errorRate ? brokenCode(t.code, rng) : undefined));
   const good = (
@@ -138,12 +163,35 @@ export async function demonstrations(
   const slips = tasks.flatMap((t, i) =>
     broken[i] === undefined ? [] : [{ code: broken[i] as string, input: t.input }],
   );
-  const bad = (await runDistinct(runner, slips)).map(steadyCost);
+  const session = toolState === 'session';
+  // (in session mode a slip runs in its demonstration's session, below)
+  const bad = (await runDistinct(runner, session ? [] : slips)).map(steadyCost);
+  // Session mode: the demonstrations of more than one call run as sessions. (One call is the first
+  // cell of a fresh session, which is a fresh interpreter: those keep the results above.) A
+  // stream of its own picks the reuse demonstrations, so the stateless ones are drawn as before.
+  const pick = new Rng(seed ^ 0x2545f491);
+  const reuse = tasks.map((t, i) =>
+    session && broken[i] === undefined && pick.next() < REUSE_SHARE ? reuseCalls(t) : undefined,
+  );
+  const cells = new Map<number, SubmissionResult[]>();
+  if (session) {
+    const runs = tasks.flatMap((t, i) => {
+      const calls = reuse[i] ?? (broken[i] !== undefined ? [{ code: broken[i], input: t.input }, t] : []);
+      return calls.length > 1 ? [{ i, calls: calls.map((c) => ({ code: c.code, input: c.input })) }] : [];
+    });
+    for (const { i, calls } of runs) cells.set(i, (await runner.runCells(calls)).map(steadyCost));
+  }
   const records: SftRecord[] = [];
   let b = 0;
   let failedFirst = 0;
+  let reused = 0;
   for (const [i, task] of tasks.entries()) {
-    const result = good[i];
+    const inSession = cells.get(i);
+    // A slip that happened to run is left out below: its fix is then a fresh session's first cell.
+    const result =
+      inSession !== undefined && (reuse[i] !== undefined || !inSession[0].run_success)
+        ? inSession[1]
+        : good[i];
     const printed = (result.stdout ?? '').trim();
     if (!result.run_success || printed !== task.answer) {
       throw new DataError(
@@ -153,8 +201,37 @@ export async function demonstrations(
     }
     const assistant: string[] = [];
     const toolResults: SubmissionResult[] = [];
+    const pair = reuse[i];
+    if (pair !== undefined && inSession !== undefined) {
+      // The second call prints a variable only the first call's cell defined.
+      reused += 1;
+      const trajectory = await scriptedTrajectory(
+        task.prompt,
+        {
+          assistant: [
+            renderer.assistantText(`${task.reason} I will keep the value in a variable.</reason>`, [
+              call(pair[0].code, ''),
+            ]),
+            renderer.assistantText('The variable persists between calls. I will print it.</reason>', [
+              call(pair[1].code, ''),
+            ]),
+            `The tool printed the answer.</reason>\n<answer>\\boxed{${printed}}</answer>`,
+          ],
+          toolResults: inSession,
+        },
+        renderer.ctx,
+      );
+      if (trajectory.finish !== 'stop' || trajectory.turns !== 3 || !inSession[0].run_success) {
+        throw new DataError(
+          `curriculum bug: ${JSON.stringify(task.prompt)}: reuse replay ended with ${trajectory.finish}`,
+        );
+      }
+      records.push(record(task, name, trajectory, trajectory.loss_mask));
+      continue;
+    }
     if (broken[i] !== undefined) {
-      const first = bad[b++];
+      const first = inSession?.[0] ?? bad[b];
+      b += 1;
       // A slip that happens to run is no lesson in reading tracebacks; leave it out.
       if (!first.run_success) {
         failedFirst += 1;
@@ -180,18 +257,27 @@ export async function demonstrations(
       // The slipped call is the first assistant turn: the first run of 1s in the mask.
       for (let j = lossMask.indexOf(1); j >= 0 && lossMask[j] === 1; j++) lossMask[j] = 0;
     }
-    const problem = problemOf(task, name, 'train');
-    records.push({
-      v: 1,
-      id: `${problem.id}/sft`,
-      problem_id: problem.id,
-      prompt_ids: trajectory.prompt_ids,
-      response_ids: trajectory.response_ids,
-      loss_mask: lossMask,
-      text: trajectory.text,
-      answer: task.answer,
-      source: problem.source as string,
-    });
+    records.push(record(task, name, trajectory, lossMask));
   }
-  return { records, failedFirst };
+  return { records, failedFirst, reused };
+}
+
+function record(
+  task: Task,
+  name: string,
+  trajectory: Awaited<ReturnType<typeof scriptedTrajectory>>,
+  lossMask: (0 | 1)[],
+): SftRecord {
+  const problem = problemOf(task, name, 'train');
+  return {
+    v: 1,
+    id: `${problem.id}/sft`,
+    problem_id: problem.id,
+    prompt_ids: trajectory.prompt_ids,
+    response_ids: trajectory.response_ids,
+    loss_mask: lossMask,
+    text: trajectory.text,
+    answer: task.answer,
+    source: problem.source as string,
+  };
 }
