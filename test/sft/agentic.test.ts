@@ -245,4 +245,32 @@ describe('agentic curriculum', () => {
       rmSync(out, { recursive: true, force: true });
     }
   });
+
+  it('rstar sft-data --tool-state session: the second call reuses the first call’s n', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'rstar-agentic-'));
+    try {
+      const args = [
+        'sft-data',
+        '--synthetic',
+        'search',
+        '--train',
+        '3',
+        '--test',
+        '1',
+        '--tool-state',
+        'session',
+      ];
+      const res = await rstar([...args, '--tokenizer', `${ROOT}fixtures/tiny`, '--out', out]);
+      assert.equal(res.code, 0, res.stderr);
+      const sft = lines<{ text: string }>(readFileSync(join(out, 'sft.jsonl'), 'utf8'));
+      assert.equal(sft.length, 3);
+      for (const r of sft) {
+        const second = r.text.split('<tool_call>')[2] ?? '';
+        assert.match(second, /[(* ]n[ ),]/, second);
+        assert.doesNotMatch(second, /\(\d+ \* \(\d+|2 \*\* \d+|pow\(\d+, \d+, /, second);
+      }
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
+  });
 });
