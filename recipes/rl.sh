@@ -154,13 +154,24 @@ TOKENIZER=${RSTAR_RL_TOKENIZER:-$model}
 # A run killed between a checkpoint and its Step record going down the pipe: the record is in the
 # checkpoint (step.json), so steps.jsonl and curve.jsonl get every finished step exactly once.
 touch "$OUT/steps.jsonl" "$OUT/curve.jsonl"
+# curve_point K: step K's curve.jsonl line from its rollout statistics (sets $reward for the log):
+# the mean reward, and the tool use of its rollouts where rollout recorded it (stats.tool_use).
+curve_point() {
+  local stats extra='' share err
+  stats=$(grep "\"step\":$1," "$OUT/rollout-steps.jsonl" | tail -n 1)
+  reward=$(json_number "$stats" mean_reward)
+  share=$(json_number "$stats" multi_call_share)
+  err=$(json_number "$stats" positive_tool_error_rate)
+  [[ -n $share ]] && extra+=",\"train_multi_call_share\":$share"
+  [[ -n $err ]] && extra+=",\"train_positive_tool_error_rate\":$err"
+  printf '{"v":1,"step":%s,"train_reward":%s%s}\n' "$1" "${reward:-0}" "$extra" >>"$OUT/curve.jsonl"
+}
 for ((k = FIRST; k < start; k++)); do
   # (a pruned checkpoint's record went down the pipe before it was pruned)
   grep -q "\"step\": $k," "$OUT/steps.jsonl" || [[ ! -f $OUT/step-$k/step.json ]] ||
     cat "$OUT/step-$k/step.json" >>"$OUT/steps.jsonl"
   if ! grep -q "\"step\":$k," "$OUT/curve.jsonl"; then
-    reward=$(json_number "$(grep "\"step\":$k," "$OUT/rollout-steps.jsonl" | tail -n 1)" mean_reward)
-    printf '{"v":1,"step":%s,"train_reward":%s}\n' "$k" "${reward:-0}" >>"$OUT/curve.jsonl"
+    curve_point "$k"
   fi
 done
 
@@ -205,8 +216,7 @@ trained() {
     tee -a "$OUT/steps.jsonl" |
     while IFS= read -r record; do
       k=$(json_number "$record" step)
-      reward=$(json_number "$(grep "\"step\":$k," "$OUT/rollout-steps.jsonl" | tail -n 1)" mean_reward)
-      printf '{"v":1,"step":%s,"train_reward":%s}\n' "$k" "${reward:-0}" >>"$OUT/curve.jsonl"
+      curve_point "$k"
       log "step $k: mean reward ${reward:-?}, $(json_number "$record" sequences) trained, clip $(json_number "$record" pg_clipfrac), kl $(json_number "$record" approx_kl), $(json_number "$record" seconds)s"
     done
 }

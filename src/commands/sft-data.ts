@@ -9,8 +9,10 @@ import { toolStateOption } from '../rollout/options.js';
 import { loadProtocol } from '../rollout/protocol.js';
 import type { ToolState } from '../rollout/tool-state.js';
 import { SandboxClient } from '../sandbox/client.js';
+import { startSandbox } from '../sandbox/embedded.js';
 import { ConversationRenderer } from '../sft/conversation.js';
-import { CURRICULA, demonstrations, problemOf, split } from '../sft/curriculum/index.js';
+import { agenticDemonstrations, sandboxAgenticRunner } from '../sft/curriculum/agentic.js';
+import { CURRICULA, demonstrations, problemOf, split, type Task } from '../sft/curriculum/index.js';
 import type { SftRecord } from '../sft/record.js';
 import { emptyStats, readSources } from '../sft/sources/index.js';
 import { embeddedRunner, sandboxRunner, type ToolRunner, warmRunner } from '../sft/tool-runner.js';
@@ -58,12 +60,46 @@ async function toolRunner(opts: Options): Promise<ToolRunner> {
   return warmRunner({ python: opts.python });
 }
 
+/**
+ * The agentic families' demonstrations: in `--sandbox URL`, else in an embedded sandbox (the warm
+ * runner has no files), stateless or as sessions (`--tool-state`).
+ */
+async function multiStep(
+  tasks: Task[],
+  name: string,
+  opts: Options,
+  renderer: ConversationRenderer,
+): Promise<SftRecord[]> {
+  const token = opts.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN;
+  const own = opts.sandbox === undefined || opts.sandbox === 'embedded' ? await startSandbox() : undefined;
+  const runner = sandboxAgenticRunner(own?.url ?? (opts.sandbox as string), { token });
+  try {
+    return await agenticDemonstrations(tasks, runner, renderer, {
+      name,
+      // session: a task's calls run as one session's cells, the second reusing the first's variables
+      mode: opts.toolState,
+      record: (t) => {
+        const p = problemOf(t, name, 'train');
+        return { id: p.id, source: p.source as string };
+      },
+    });
+  } finally {
+    await runner.close();
+    await own?.close();
+  }
+}
+
 async function synthetic(name: string, opts: Options, renderer: ConversationRenderer): Promise<void> {
   const tasks = split(name, { train: opts.train, test: opts.test, seed: opts.seed });
   const runner = await toolRunner(opts);
+  // Multi-step tasks (the agentic families) carry files: they run in a sandbox (agentic.ts).
+  const single = tasks.train.filter((t) => t.steps === undefined);
+  const multi = tasks.train.filter((t) => t.steps !== undefined);
   let built: Awaited<ReturnType<typeof demonstrations>>;
+  let steps: SftRecord[] = [];
   try {
-    built = await demonstrations(tasks.train, runner, renderer, {
+    if (multi.length > 0) steps = await multiStep(multi, name, opts, renderer);
+    built = await demonstrations(single, runner, renderer, {
       errorRate: opts.errorRate,
       slipLoss: opts.slipLoss === true,
       seed: opts.seed,
@@ -73,6 +109,13 @@ async function synthetic(name: string, opts: Options, renderer: ConversationRend
   } finally {
     await runner.close();
   }
+  // Back in the order of the tasks.
+  const one = built.records[Symbol.iterator]();
+  const two = steps[Symbol.iterator]();
+  const all = tasks.train.map(
+    (t) => (t.steps === undefined ? one.next().value : two.next().value) as SftRecord,
+  );
+  built = { ...built, records: all };
   const records = built.records.filter(
     (r) => r.prompt_ids.length + r.response_ids.length <= opts.maxSeqTokens,
   );

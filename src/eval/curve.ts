@@ -14,6 +14,18 @@ export const CurvePoint = z.looseObject({
   stage: z.string().optional(),
   train_reward: z.number().min(0).max(1).optional().describe("mean reward of the step's rollouts"),
   'heldout_avg@n': z.number().min(0).max(1).optional().describe("held-out avg@n of the step's checkpoint"),
+  train_multi_call_share: z
+    .number()
+    .min(0)
+    .max(1)
+    .optional()
+    .describe("share of the step's rollouts with 2+ tool calls (end_batch stats.tool_use)"),
+  train_positive_tool_error_rate: z
+    .number()
+    .min(0)
+    .max(1)
+    .optional()
+    .describe("failed tool calls / tool calls in the step's correct rollouts (the paper's RoC figure)"),
   eval: z
     .string()
     .optional()

@@ -1,4 +1,5 @@
 import { avgAtN, majorityVote, passAtK, passAtKCurve, reportedKs } from '../algo/pass-at-k.js';
+import { type ToolUse, toolUse, toolUseByFamily } from '../algo/tool-use.js';
 import type { EvalProblem, EvalSummary } from '../records/eval.js';
 import type { Finish, Trajectory } from '../records/trajectory.js';
 import { mean, median, percentile } from './stats.js';
@@ -21,9 +22,11 @@ export interface Sample {
   tool_errors: number;
   answer_tags: number;
   finish: Finish;
+  /** The problem's family (its meta.family, or a curriculum id's prefix), for the per-family tool use. */
+  family?: string;
 }
 
-export function toSample(t: Trajectory): Sample {
+export function toSample(t: Trajectory, family?: string): Sample {
   let modelTokens = 0;
   for (const m of t.loss_mask) modelTokens += m;
   return {
@@ -38,6 +41,7 @@ export function toSample(t: Trajectory): Sample {
     tool_errors: t.tool_errors,
     answer_tags: t.answer_tags,
     finish: t.finish,
+    ...(family !== undefined ? { family } : {}),
   };
 }
 
@@ -154,6 +158,16 @@ export interface EvalSummaryRecord extends EvalSummary {
   infra_errors: number;
   /** Problems all of whose samples failed that way: left out of the averages. */
   problems_unscored: number;
+  /** Share of trajectories with 2+ tool calls (docs/eval.md, "Agentic tool use"). */
+  multi_call_share: number;
+  /** Trajectories with a failed call that end correct / trajectories with a failed call; null: none failed. */
+  recovery_rate: number | null;
+  /** Failed calls / calls within the positive trajectories (rStar2-Agent's RoC figure). */
+  positive_tool_error_rate: number | null;
+  /** Share of positive trajectories with a failed call. */
+  positive_error_share: number | null;
+  /** The tool-use metrics per problem family, where the problems name one. */
+  families?: Record<string, ToolUse>;
 }
 
 /**
@@ -180,6 +194,8 @@ export function summarize(
   const tokens = samples.map((s) => s.tokens);
   const violations = samples.filter(isFormatViolation).length;
   const policies = [...new Set(samples.map((s) => s.policy))].sort();
+  const use = toolUse(samples);
+  const families = toolUseByFamily(samples, (s) => s.family);
   return {
     v: 1,
     summary: true,
@@ -207,5 +223,10 @@ export function summarize(
     rewards: how.reverified ? 'reverify' : 'trajectory',
     infra_errors: all.reduce((acc, r) => acc + r.infra_errors, 0),
     problems_unscored: all.length - records.length,
+    multi_call_share: use.multi_call_share,
+    recovery_rate: use.recovery_rate,
+    positive_tool_error_rate: use.positive_tool_error_rate,
+    positive_error_share: use.positive_error_share,
+    ...(Object.keys(families).length > 0 ? { families } : {}),
   };
 }

@@ -103,6 +103,19 @@ export function curveSpec(points: readonly CurvePoint[], title = 'RL learning cu
     ...(p['heldout_avg@n'] !== undefined
       ? [{ step: p.step, series: 'held-out avg@n', value: p['heldout_avg@n'] }]
       : []),
+    // tool use of the step's rollouts (issue 32), where rollout recorded it
+    ...(p.train_multi_call_share !== undefined
+      ? [{ step: p.step, series: 'rollouts with 2+ tool calls', value: p.train_multi_call_share }]
+      : []),
+    ...(p.train_positive_tool_error_rate !== undefined
+      ? [
+          {
+            step: p.step,
+            series: 'tool-error ratio in correct rollouts',
+            value: p.train_positive_tool_error_rate,
+          },
+        ]
+      : []),
   ]);
   values.push(...smooth);
   const ends = stageEnds(points);

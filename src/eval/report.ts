@@ -44,6 +44,9 @@ export function markdownTable(summaries: readonly EvalSummary[]): string {
     'p90 len',
     'tool calls/traj',
     'tool err (%)',
+    'multi-call (%)',
+    'recovery (%)',
+    'pos. tool err (%)',
     'format viol (%)',
   ];
   const rows = summaries.map((s) => [
@@ -58,9 +61,42 @@ export function markdownTable(summaries: readonly EvalSummary[]): string {
     num(s.p90_tokens),
     num(s.tool_calls_per_traj, 2),
     pct(s.tool_error_rate),
+    pct(s.multi_call_share),
+    pct(s.recovery_rate),
+    pct(s.positive_tool_error_rate),
     pct(s.format_violation_rate),
   ]);
   return table(header, rows);
+}
+
+/** The tool-use metrics of one family (an entry of a summary's `families`), as docs/eval.md defines them. */
+type FamilyUse = Record<string, number | null>;
+
+const FAMILY_METRICS: { name: string; key: string; percent: boolean }[] = [
+  { name: 'accuracy (%)', key: 'accuracy', percent: true },
+  { name: 'tool calls/traj', key: 'tool_calls_per_traj', percent: false },
+  { name: 'multi-call (%)', key: 'multi_call_share', percent: true },
+  { name: 'tool err (%)', key: 'tool_error_rate', percent: true },
+  { name: 'recovery (%)', key: 'recovery_rate', percent: true },
+  { name: 'pos. tool err (%)', key: 'positive_tool_error_rate', percent: true },
+  { name: 'pos. with err (%)', key: 'positive_error_share', percent: true },
+];
+
+const familiesOf = (s: EvalSummary): Record<string, FamilyUse> =>
+  (s.families ?? {}) as Record<string, FamilyUse>;
+
+/** One row per benchmark and problem family: how agentic the trajectories were (empty without families). */
+export function familyTable(summaries: readonly EvalSummary[]): string {
+  const rows = summaries.flatMap((s) =>
+    Object.entries(familiesOf(s)).map(([family, use]) => [
+      s.benchmark,
+      family,
+      num(use.trajectories),
+      ...FAMILY_METRICS.map((m) => (m.percent ? pct(use[m.key]) : num(use[m.key], 2))),
+    ]),
+  );
+  if (rows.length === 0) return '';
+  return table(['benchmark', 'family', 'trajectories', ...FAMILY_METRICS.map((m) => m.name)], rows);
 }
 
 export function markdownReport(
@@ -72,6 +108,14 @@ export function markdownReport(
   if (policies.length > 0) parts.push(`Policy: \`${policies.join('`, `')}\``, '');
   if (report.created) parts.push(`Created: ${report.created}`, '');
   parts.push(markdownTable(report.benchmarks), '');
+  const families = familyTable(report.benchmarks);
+  if (families !== '')
+    parts.push(
+      'Tool use by problem family (multi-call: trajectories with 2+ calls; recovery: trajectories with a failed call that end correct; pos. tool err: failed calls / calls in the correct trajectories):',
+      '',
+      families,
+      '',
+    );
   parts.push(
     'avg@n is the mean accuracy over the n samples of each problem (the paper\'s "average pass@1"); pass@k is',
     "Chen et al.'s unbiased estimator; maj@n is majority vote over the extracted answers. Lengths are response",
@@ -208,6 +252,9 @@ export function compareReports(
     { name: 'mean len', get: (s) => s.mean_tokens, percent: false },
     { name: 'tool calls/traj', get: (s) => s.tool_calls_per_traj, percent: false },
     { name: 'tool err (%)', get: (s) => s.tool_error_rate, percent: true },
+    { name: 'multi-call (%)', get: (s) => s.multi_call_share, percent: true },
+    { name: 'recovery (%)', get: (s) => s.recovery_rate, percent: true },
+    { name: 'pos. tool err (%)', get: (s) => s.positive_tool_error_rate, percent: true },
     { name: 'format viol (%)', get: (s) => s.format_violation_rate, percent: true },
   ];
   const rows: string[][] = [];
@@ -226,6 +273,22 @@ export function compareReports(
       const ci = pp && m.problem ? compareMetric(pp.a, pp.b, m.problem) : undefined;
       const interval = ci ? `[${signed(ci.lo * scale, digits)}, ${signed(ci.hi * scale, digits)}]` : '';
       rows.push([name, m.name, fmt(va), fmt(vb), delta, interval]);
+    }
+    // The tool use of each problem family (curriculum benchmarks), without intervals.
+    const fa = sa ? familiesOf(sa) : {};
+    const fb = sb ? familiesOf(sb) : {};
+    for (const family of [...new Set([...Object.keys(fa), ...Object.keys(fb)])].sort()) {
+      for (const m of FAMILY_METRICS) {
+        const va = fa[family]?.[m.key];
+        const vb = fb[family]?.[m.key];
+        if (typeof va !== 'number' && typeof vb !== 'number') continue;
+        const scale = m.percent ? 100 : 1;
+        const digits = m.percent ? 1 : 2;
+        const fmt = (v: unknown) => (typeof v === 'number' ? (v * scale).toFixed(digits) : '');
+        const delta =
+          typeof va === 'number' && typeof vb === 'number' ? signed((vb - va) * scale, digits) : '';
+        rows.push([`${name} · ${family}`, m.name, fmt(va), fmt(vb), delta, '']);
+      }
     }
   }
   const pairs = [...paired.values()].map((p) => [...p.a.keys()].filter((id) => p.b.has(id)).length);

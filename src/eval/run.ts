@@ -1,5 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { familyOf } from '../algo/tool-use.js';
 import { DataError } from '../errors.js';
 import { writeFileAtomic } from '../ndjson/index.js';
 import type { Problem } from '../records/problem.js';
@@ -85,7 +86,7 @@ export async function evaluateBenchmark(
       infra.set(t.problem_id, (infra.get(t.problem_id) ?? 0) + 1);
       continue;
     }
-    const sample = toSample(t);
+    const sample = toSample(t, familyOf(t.problem_id, problem?.meta));
     samples.push(sample);
     const group = groups.get(sample.problem_id);
     if (group) group.push(sample);

@@ -35,6 +35,30 @@ export const EvalSummary = z.looseObject({
     .nonnegative()
     .optional()
     .describe('trajectories that failed for infrastructure reasons, left out of every metric'),
+  multi_call_share: z.number().optional().describe('share of trajectories with 2 or more tool calls'),
+  recovery_rate: z
+    .number()
+    .nullable()
+    .optional()
+    .describe(
+      'trajectories with a failed tool call that end correct / trajectories with a failed call (null: none)',
+    ),
+  positive_tool_error_rate: z
+    .number()
+    .nullable()
+    .optional()
+    .describe("failed tool calls / tool calls within the positive trajectories (rStar2-Agent's RoC figure)"),
+  positive_error_share: z
+    .number()
+    .nullable()
+    .optional()
+    .describe('share of the positive trajectories with at least one failed tool call'),
+  families: z
+    .record(z.string(), z.record(z.string(), z.number().nullable()))
+    .optional()
+    .describe(
+      'per problem family (meta.family or a curriculum id prefix): trajectories, tool_calls_per_traj, multi_call_share, tool_error_rate, recovery_rate, positive_tool_error_rate, positive_error_share, accuracy',
+    ),
 });
 export type EvalSummary = z.output<typeof EvalSummary>;
 

@@ -17,6 +17,12 @@ export const Problem = z.looseObject({
     .array(z.string())
     .optional()
     .describe('the options of a choice problem, in the order their letters name them'),
+  files: z
+    .record(z.string().regex(/^[A-Za-z0-9._-]+$/), z.string())
+    .optional()
+    .describe(
+      "files of the problem's working directory, name -> UTF-8 text (plain, not base64; the sandbox's files are these base64-encoded); every tool call of the problem is to find them there (sft-data's agentic families write them; rollout does not send them yet)",
+    ),
   source: z.string().optional().describe('where the problem comes from (benchmark, file)'),
   meta: z
     .record(z.string(), z.unknown())

@@ -343,6 +343,21 @@ describe('tool cache in the RL loop (scripted SGLang, the real sandbox)', () => 
       assert.equal(end.end_batch, true);
       // Two groups of four identical `print(6 // 2)` calls: three hits each, every one audited, all alike.
       assert.deepEqual(end.stats?.tool_cache, { hits: 6, audited: 6, mismatches: 0 });
+      // The step's tool use (docs/eval.md): eight one-call trajectories, no call failed.
+      const use = (end.stats as { tool_use?: Record<string, number | null> }).tool_use;
+      assert.deepEqual(
+        { ...use, accuracy: undefined, positive_tool_error_rate: undefined, positive_error_share: undefined },
+        {
+          trajectories: 8,
+          tool_calls_per_traj: 1,
+          multi_call_share: 0,
+          tool_error_rate: 0,
+          recovery_rate: null,
+          accuracy: undefined,
+          positive_tool_error_rate: undefined,
+          positive_error_share: undefined,
+        },
+      );
     } finally {
       await Promise.all([engine.close(), sandbox.close()]);
     }

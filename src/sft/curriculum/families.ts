@@ -1,4 +1,5 @@
 import type { Rng } from '../../random.js';
+import { AGENTIC_FAMILIES } from './agentic.js';
 
 /**
  * One synthetic task: the problem text, its exact answer (computed here with BigInt, independent
@@ -17,6 +18,29 @@ export interface Task {
   input: string;
   /** The short `<reason>` text before the tool call. */
   reason: string;
+  /**
+   * Multi-step tasks (src/sft/curriculum/agentic.ts): the calls in order, each decided by what the
+   * one before printed; `code`/`input`/`reason` are then the last step's. Absent: one call.
+   */
+  steps?: ToolStep[];
+  /** Files of the working directory every call finds (name -> UTF-8 text): the Problem's `files`. */
+  files?: Record<string, string>;
+  /** Extra Problem `meta` (e.g. the data file's `format`). */
+  meta?: Record<string, string>;
+}
+
+/** One call of a multi-step task and the `<reason>` text before it. */
+export interface ToolStep {
+  reason: string;
+  /** Stateless: a self-contained program (it reads the files again, names values as literals). */
+  code: string;
+  input: string;
+  /** Session mode's cell, when it differs: it reuses the variables of the cells before it. */
+  cell?: string;
+  /** What the step must print (trimmed), checked when the step runs. */
+  prints?: string;
+  /** The step must fail, its error naming this text (a format the parser did not expect). */
+  fails?: string;
 }
 
 export type Family = (rng: Rng) => Task;
@@ -255,16 +279,28 @@ function word(rng: Rng): Task {
 
 export const FAMILIES: Record<string, Family> = { arith, mod, count, stdin, word };
 
-/** `mix` draws each task from a uniformly chosen family. */
+/**
+ * `mix` draws each task from a uniformly chosen one-call family, `agentic` from the multi-step
+ * families (agentic.ts), `mix-agentic` from all of them.
+ */
 export function family(name: string): Family | undefined {
-  if (name === 'mix') {
-    const all = Object.values(FAMILIES);
-    return (rng) => rng.pick(all)(rng);
-  }
-  return FAMILIES[name];
+  const pool: Record<string, Family[]> = {
+    mix: Object.values(FAMILIES),
+    agentic: Object.values(AGENTIC_FAMILIES),
+    'mix-agentic': [...Object.values(FAMILIES), ...Object.values(AGENTIC_FAMILIES)],
+  };
+  const all = pool[name];
+  if (all !== undefined) return (rng) => rng.pick(all)(rng);
+  return FAMILIES[name] ?? AGENTIC_FAMILIES[name];
 }
 
-export const CURRICULA = [...Object.keys(FAMILIES), 'mix'];
+export const CURRICULA = [
+  ...Object.keys(FAMILIES),
+  'mix',
+  ...Object.keys(AGENTIC_FAMILIES),
+  'agentic',
+  'mix-agentic',
+];
 
 /**
  * A first attempt that fails the way small slips do: a misspelt name (NameError) or an unclosed

@@ -58,8 +58,9 @@ export function problemOf(task: Task, name: string, split: 'train' | 'test'): Pr
     prompt: task.prompt,
     answer: task.answer,
     kind: 'math',
+    ...(task.files ? { files: task.files } : {}),
     source: `synthetic/${name}`,
-    meta: { family: task.family, split },
+    meta: { family: task.family, ...task.meta, split },
   };
 }
 

@@ -1,0 +1,162 @@
+// Catches: a tool-use metric (calls per trajectory, multi-call share, tool-error rate, recovery rate,
+// positive tool-error rate, accuracy) that drifts from its definition in docs/eval.md, a family
+// taken from the wrong place (meta.family first, then a curriculum id's prefix, never another id),
+// an infrastructure failure counted, and a report or compare table that leaves the metrics out.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { familyOf, toolUse } from '../../src/algo/tool-use.js';
+import { CurvePoint } from '../../src/eval/curve.js';
+import { curveSpec } from '../../src/eval/plots.js';
+import { compareReports, makeReport, markdownReport } from '../../src/eval/report.js';
+import { evaluateBenchmark, type Sourced } from '../../src/eval/run.js';
+import type { Verifier } from '../../src/eval/verifier.js';
+import { Report } from '../../src/records/eval.js';
+import type { Problem } from '../../src/records/problem.js';
+import { Trajectory } from '../../src/records/trajectory.js';
+import { trajectory } from '../support/helpers.js';
+
+const verifier: Verifier = {
+  equivalence: false,
+  same: async (a, b) => a === b,
+  score: async () => ({ answer: null, reward: 0 }),
+};
+
+const problem = (id: string, meta?: Record<string, unknown>): Problem => ({
+  v: 1,
+  id,
+  prompt: id,
+  answer: '1',
+  kind: 'math',
+  ...(meta ? { meta } : {}),
+});
+
+// [problem, sample, tool_calls, tool_errors, reward]
+const ROWS: [string, number, number, number, number][] = [
+  ['P1', 0, 2, 0, 1],
+  ['P1', 1, 1, 1, 1], // answered after its only call failed: recovered
+  ['P1', 2, 3, 1, 1], // a failed call, still correct: recovered
+  ['P1', 3, 2, 2, 0],
+  ['recover-0000000b', 0, 2, 1, 1], // recovered
+  ['recover-0000000b', 1, 1, 1, 0],
+  ['aime-2024-1', 0, 0, 0, 1],
+  ['aime-2024-1', 1, 1, 0, 0],
+];
+// P1 names its family in meta; recover-... only in its id; aime-2024-1 has none.
+const PROBLEMS = [problem('P1', { family: 'inspect' }), problem('recover-0000000b'), problem('aime-2024-1')];
+
+async function* sourced(policyReward = 0): AsyncGenerator<Sourced> {
+  for (const [id, sample, calls, errors, reward] of ROWS) {
+    const t = Trajectory.parse(
+      trajectory(id, sample, reward, { tool_calls: calls, tool_errors: errors, answer: reward ? '1' : '2' }),
+    );
+    yield { trajectory: t, where: `test#${id}/${sample}` };
+  }
+  // An infrastructure failure: in no metric.
+  const failed = trajectory('P1', 4, policyReward, { tool_calls: 5, tool_errors: 5, finish: 'error' });
+  yield { trajectory: Trajectory.parse(failed), where: 'test#failed' };
+}
+
+describe('agentic tool-use metrics', () => {
+  it('match hand counts, overall and per family', async () => {
+    const { summary } = await evaluateBenchmark('curriculum', sourced(), { problems: PROBLEMS, verifier });
+    // 8 scored trajectories, 12 calls, 6 failed; 4 with 2+ calls; 5 with a failed call, 3 of them
+    // correct; 5 positives making 8 calls of which 3 failed, 3 of the 5 with a failed call.
+    assert.equal(summary.trajectories, 8);
+    assert.equal(summary.tool_calls_per_traj, 12 / 8);
+    assert.equal(summary.multi_call_share, 4 / 8);
+    assert.equal(summary.tool_error_rate, 6 / 12);
+    assert.equal(summary.recovery_rate, 3 / 5);
+    assert.equal(summary.positive_tool_error_rate, 3 / 8);
+    assert.equal(summary.positive_error_share, 3 / 5);
+    assert.deepEqual(summary.families, {
+      inspect: {
+        trajectories: 4,
+        tool_calls_per_traj: 2,
+        multi_call_share: 3 / 4,
+        tool_error_rate: 4 / 8,
+        recovery_rate: 2 / 3,
+        positive_tool_error_rate: 2 / 6,
+        positive_error_share: 2 / 3,
+        accuracy: 3 / 4,
+      },
+      recover: {
+        trajectories: 2,
+        tool_calls_per_traj: 3 / 2,
+        multi_call_share: 1 / 2,
+        tool_error_rate: 2 / 3,
+        recovery_rate: 1 / 2,
+        positive_tool_error_rate: 1 / 2,
+        positive_error_share: 1,
+        accuracy: 1 / 2,
+      },
+    });
+    // The summary is still an eval-summary record.
+    Report.parse(makeReport([summary]));
+  });
+
+  it('say "none" rather than 0 where nothing failed or nothing was right', () => {
+    const none = toolUse([{ tool_calls: 1, tool_errors: 0, reward: 0 }]);
+    assert.equal(none.recovery_rate, null);
+    assert.equal(none.positive_tool_error_rate, null);
+    assert.equal(none.positive_error_share, null);
+    assert.equal(toolUse([]).tool_calls_per_traj, 0);
+    // A positive without calls has no tool-error ratio.
+    assert.equal(toolUse([{ tool_calls: 0, tool_errors: 0, reward: 1 }]).positive_tool_error_rate, null);
+  });
+
+  it('take the family from meta, else from a curriculum id', () => {
+    assert.equal(familyOf('x-0123abcd', { family: 'search' }), 'search');
+    assert.equal(familyOf('inspect-0123abcd'), 'inspect');
+    assert.equal(familyOf('aime-2024-1'), undefined);
+    assert.equal(familyOf('gpqa-rec123'), undefined);
+  });
+
+  it('are in report.md and in compare.md, per family', async () => {
+    const a = (await evaluateBenchmark('curriculum', sourced(), { problems: PROBLEMS, verifier })).summary;
+    // B: the same trajectories without their failed calls.
+    async function* clean(): AsyncGenerator<Sourced> {
+      for await (const s of sourced()) {
+        const t = s.trajectory;
+        yield { ...s, trajectory: { ...t, tool_errors: 0 } };
+      }
+    }
+    const b = (await evaluateBenchmark('curriculum', clean(), { problems: PROBLEMS, verifier })).summary;
+    const md = markdownReport(makeReport([a]), { lengths: {} });
+    assert.match(md, /\| multi-call \(%\) \| recovery \(%\) \| pos\. tool err \(%\) \|/);
+    assert.match(md, /\| 1\.50 \| 50\.0 \| 50\.0 \| 60\.0 \| 37\.5 \| 0\.0 \|\n/);
+    assert.match(
+      md,
+      /\| curriculum \| inspect \| 4 \| 75\.0 \| 2\.00 \| 75\.0 \| 50\.0 \| 66\.7 \| 33\.3 \| 66\.7 \|/,
+    );
+    const compare = compareReports(makeReport([a]), makeReport([b]), ['sft', 'rl']);
+    assert.match(compare, /\| curriculum \| multi-call \(%\) \| 50\.0 \| 50\.0 \| \+0\.0 \|/);
+    assert.match(compare, /\| curriculum \| pos\. tool err \(%\) \| 37\.5 \| 0\.0 \| -37\.5 \|/);
+    // no failed call on the B side: no recovery rate there
+    assert.match(compare, /\| curriculum · recover \| recovery \(%\) \| 50\.0 \| {2}\| {2}\|/);
+    assert.match(compare, /\| curriculum · inspect \| tool err \(%\) \| 50\.0 \| 0\.0 \| -50\.0 \|/);
+  });
+
+  it('are on the RL curve, where rl.sh wrote them from the step statistics', () => {
+    const points = [1, 2].map((step) =>
+      CurvePoint.parse({
+        v: 1,
+        step,
+        train_reward: 0.5,
+        train_multi_call_share: 0.25 * step,
+        train_positive_tool_error_rate: 0.1,
+      }),
+    );
+    const layer = (curveSpec(points) as { layer: unknown[] }).layer[0] as {
+      data: { values: { series: string; value: number }[] };
+    };
+    const multi = layer.data.values.filter((v) => v.series === 'rollouts with 2+ tool calls');
+    assert.deepEqual(
+      multi.map((v) => v.value),
+      [0.25, 0.5],
+    );
+    assert.equal(
+      layer.data.values.filter((v) => v.series === 'tool-error ratio in correct rollouts').length,
+      2,
+    );
+  });
+});
