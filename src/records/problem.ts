@@ -21,7 +21,7 @@ export const Problem = z.looseObject({
     .record(z.string().regex(/^[A-Za-z0-9._-]+$/), z.string())
     .optional()
     .describe(
-      "files of the problem's working directory, name -> UTF-8 text (plain, not base64; the sandbox's files are these base64-encoded); every tool call of the problem is to find them there (sft-data's agentic families write them; rollout does not send them yet)",
+      "files of the problem's working directory, name -> UTF-8 text (plain, not base64; the sandbox's files are these base64-encoded); rollout and eval put them in the working directory of every stateless call and of the trajectory's session",
     ),
   source: z.string().optional().describe('where the problem comes from (benchmark, file)'),
   meta: z

@@ -40,9 +40,11 @@ async function runTools(
   problem: string,
   calls: Parameters<AgentIO['runTools']>[0],
   session: ToolSession | undefined,
+  files: Record<string, string> | undefined,
 ) {
+  // A stateless call gets the problem's files in its working directory every time.
   const execute = (c: (typeof calls)[number]) => () =>
-    run.sandbox.run({ type: 'python', solution: c.code, input: c.input });
+    run.sandbox.run({ type: 'python', solution: c.code, input: c.input, ...(files ? { files } : {}) });
   try {
     if (session) {
       const results = [];
@@ -68,8 +70,11 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
   // Under one-step-off the engines may load newer weights while a trajectory is under way, so the
   // policy that generated it is known per turn, not per step.
   const versions: (string | undefined)[] = [];
+  const files = sandboxFiles(job.problem.files);
   const session =
-    run.protocol.toolState === 'session' ? new ToolSession(run.sandbox, run.ended, run.sessions) : undefined;
+    run.protocol.toolState === 'session'
+      ? new ToolSession(run.sandbox, run.ended, run.sessions, files)
+      : undefined;
   const io: AgentIO = {
     async generate(context, maxNew, turn) {
       const t0 = run.clock();
@@ -82,7 +87,7 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
     },
     runTools(calls) {
       run.meter.calledTools(calls.length);
-      return runTools(run, job.problem.id, calls, session);
+      return runTools(run, job.problem.id, calls, session, files);
     },
   };
   let ids = run.promptCache.get(job.problem.id);
@@ -106,4 +111,12 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
     if (session.replays > 0) record.session_replays = session.replays;
   }
   return record;
+}
+
+/** A problem's files (name -> text) as the sandbox takes them (name -> base64); none: undefined. */
+export function sandboxFiles(files: Record<string, string> | undefined): Record<string, string> | undefined {
+  if (!files || Object.keys(files).length === 0) return undefined;
+  return Object.fromEntries(
+    Object.entries(files).map(([name, text]) => [name, Buffer.from(text, 'utf8').toString('base64')]),
+  );
 }

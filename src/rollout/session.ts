@@ -59,6 +59,8 @@ export class ToolSession {
     private readonly sandbox: SandboxClient,
     private readonly ended: () => boolean,
     private readonly open: OpenSessions,
+    /** The problem's files (name -> base64): the session's working directory starts with them. */
+    private readonly files?: Record<string, string>,
   ) {}
 
   /** Runs `call` as the session's next cell. */
@@ -97,7 +99,7 @@ export class ToolSession {
 
   async #create(): Promise<string> {
     if (this.#closed || this.ended()) throw new AgentAbort('rollout stopped');
-    const id = await this.sandbox.createSession();
+    const id = await this.sandbox.createSession(this.files ? { files: this.files } : {});
     if (this.#closed || this.ended()) {
       // The trajectory (or the run) ended while the session was being made: nothing uses it.
       await this.sandbox.closeSession(id).catch(() => {});

@@ -81,6 +81,32 @@ describe('rollout --tool-state session against the real sandbox-serve', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  it("a problem's files are in the working directory of every call, in both modes", async () => {
+    // Turn 1 reads the data file; turn 2 reads it again (stateless) or uses the variable (session).
+    const engine = await fake([
+      toolCall('data = open("data.txt").read()\nprint(data.strip())'),
+      toolCall('print(sum(int(v) for v in open("data.txt").read().split(",")) // 2)'),
+      ANSWER,
+    ]);
+    for (const protocol of [stateless, session]) {
+      const client = watched();
+      const withFiles = problems(1).map((p) => ({ ...p, files: { 'data.txt': '1,2,3\n' } }));
+      const out = [];
+      for await (const t of rollout(withFiles, {
+        engines: [new SglangClient(engine.url)],
+        sandbox: client,
+        protocol,
+        n: 1,
+      }))
+        out.push(Trajectory.parse(t));
+      await client.close();
+      assert.equal(out[0].tool_errors, 0, out[0].text);
+      assert.match(out[0].text, /stdout: 1,2,3\n/);
+      assert.match(out[0].text, /stdout: 3\n/);
+      assert.equal(out[0].reward, 1);
+    }
+  });
+
   it('a second call sees the first call’s variable in session mode, not in stateless mode', async () => {
     const engine = await fake(SHARED);
     const run = async (protocol: ProtocolContext) => {
