@@ -11,7 +11,7 @@ import type { ToolState } from '../rollout/tool-state.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { startSandbox } from '../sandbox/embedded.js';
 import { ConversationRenderer } from '../sft/conversation.js';
-import { agenticDemonstrations, sandboxAgenticRunner } from '../sft/curriculum/agentic.js';
+import { agenticDemonstrations } from '../sft/curriculum/agentic.js';
 import { CURRICULA, demonstrations, problemOf, split, type Task } from '../sft/curriculum/index.js';
 import type { SftRecord } from '../sft/record.js';
 import { emptyStats, readSources } from '../sft/sources/index.js';
@@ -72,7 +72,7 @@ async function multiStep(
 ): Promise<SftRecord[]> {
   const token = opts.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN;
   const own = opts.sandbox === undefined || opts.sandbox === 'embedded' ? await startSandbox() : undefined;
-  const runner = sandboxAgenticRunner(own?.url ?? (opts.sandbox as string), { token });
+  const runner = sandboxRunner(own?.url ?? (opts.sandbox as string), { token });
   try {
     return await agenticDemonstrations(tasks, runner, renderer, {
       name,

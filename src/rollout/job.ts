@@ -1,5 +1,5 @@
 import type { Trajectory } from '../records/trajectory.js';
-import { type SandboxClient, SandboxError } from '../sandbox/client.js';
+import { encodeFiles, type SandboxClient, SandboxError } from '../sandbox/client.js';
 import type { Job, Turn } from './admission.js';
 import { AgentAbort, type AgentIO, type AgentOptions, runAgent, ServiceFailure } from './agent.js';
 import { type ProtocolContext, promptIds } from './protocol.js';
@@ -70,7 +70,7 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
   // Under one-step-off the engines may load newer weights while a trajectory is under way, so the
   // policy that generated it is known per turn, not per step.
   const versions: (string | undefined)[] = [];
-  const files = sandboxFiles(job.problem.files);
+  const files = encodeFiles(job.problem.files);
   const session =
     run.protocol.toolState === 'session'
       ? new ToolSession(run.sandbox, run.ended, run.sessions, files)
@@ -111,12 +111,4 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
     if (session.replays > 0) record.session_replays = session.replays;
   }
   return record;
-}
-
-/** A problem's files (name -> text) as the sandbox takes them (name -> base64); none: undefined. */
-export function sandboxFiles(files: Record<string, string> | undefined): Record<string, string> | undefined {
-  if (!files || Object.keys(files).length === 0) return undefined;
-  return Object.fromEntries(
-    Object.entries(files).map(([name, text]) => [name, Buffer.from(text, 'utf8').toString('base64')]),
-  );
 }

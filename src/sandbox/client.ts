@@ -326,3 +326,11 @@ export class SandboxClient {
 export { submissionKey } from './key.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Text files (name -> UTF-8 text, as a Problem carries them) as the sandbox's `files` (name -> base64); none: undefined. */
+export function encodeFiles(files: Record<string, string> | undefined): Record<string, string> | undefined {
+  if (!files || Object.keys(files).length === 0) return undefined;
+  return Object.fromEntries(
+    Object.entries(files).map(([name, text]) => [name, Buffer.from(text, 'utf8').toString('base64')]),
+  );
+}

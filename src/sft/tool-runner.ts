@@ -3,7 +3,7 @@ import { createInterface } from 'node:readline';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import type { SubmissionResult } from '../records/sandbox.js';
-import { SandboxClient } from '../sandbox/client.js';
+import { encodeFiles, SandboxClient } from '../sandbox/client.js';
 import { startSandbox } from '../sandbox/embedded.js';
 import { DEFAULT_HASH_SEED, firstChars, type RawResult } from '../sandbox/executor.js';
 import { resolveInterpreter } from '../sandbox/python.js';
@@ -15,6 +15,8 @@ const WARM = fileURLToPath(new URL('../../../src/sandbox/warm.py', import.meta.u
 export interface CodeCall {
   code: string;
   input: string;
+  /** Files of the call's working directory, name -> UTF-8 text (sandbox runners only). */
+  files?: Record<string, string>;
 }
 
 /** Runs the curriculum's code so demonstrations carry real outputs (rollout formats the text). */
@@ -27,7 +29,7 @@ export interface ToolRunner {
    * before it) are there for the next, a cell killed at its limit leaves the session as it was
    * (`session_rolled_back: true`).
    */
-  runCells(calls: CodeCall[]): Promise<SubmissionResult[]>;
+  runCells(calls: CodeCall[], files?: Record<string, string>): Promise<SubmissionResult[]>;
   close(): Promise<void>;
 }
 
@@ -38,9 +40,16 @@ export interface ToolRunner {
 export function sandboxRunner(url: string, options: { token?: string } = {}): ToolRunner {
   const client = new SandboxClient(url, { token: options.token, rejectServiceFailures: true });
   return {
-    run: (calls) => client.runBatch(calls.map((c) => ({ type: 'python', solution: c.code, input: c.input }))),
-    async runCells(calls) {
-      const session_id = await client.createSession();
+    run: (calls) =>
+      client.runBatch(
+        calls.map((c) => {
+          const files = encodeFiles(c.files);
+          return { type: 'python', solution: c.code, input: c.input, ...(files ? { files } : {}) };
+        }),
+      ),
+    async runCells(calls, files) {
+      const encoded = encodeFiles(files);
+      const session_id = await client.createSession(encoded ? { files: encoded } : {});
       try {
         const results: SubmissionResult[] = [];
         for (const c of calls)
@@ -149,7 +158,14 @@ export function warmRunner(
       (line) => result(call, line),
     );
 
-  async function runCells(calls: CodeCall[]): Promise<SubmissionResult[]> {
+  /** The warm runner runs no files: a task that needs them goes to a sandbox runner. */
+  const noFiles = (calls: CodeCall[], files?: Record<string, string>) => {
+    if (files || calls.some((c) => c.files))
+      throw new Error('warm runner: calls with files need a sandbox runner');
+  };
+
+  async function runCells(calls: CodeCall[], files?: Record<string, string>): Promise<SubmissionResult[]> {
+    noFiles(calls, files);
     const { session } = JSON.parse(await request({ op: 'open' })) as { session: string };
     try {
       const results: SubmissionResult[] = [];
@@ -161,7 +177,10 @@ export function warmRunner(
   }
 
   return {
-    run: (calls) => Promise.all(calls.map((c) => one(c))),
+    run: async (calls) => {
+      noFiles(calls);
+      return Promise.all(calls.map((c) => one(c)));
+    },
     runCells,
     async close() {
       if (child.exitCode !== null || child.signalCode !== null) return;

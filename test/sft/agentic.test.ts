@@ -14,23 +14,22 @@ import { startSandbox } from '../../src/sandbox/embedded.js';
 import { ConversationRenderer } from '../../src/sft/conversation.js';
 import {
   AGENTIC_FAMILIES,
-  type AgenticRunner,
   agenticDemonstrations,
   runSteps,
-  sandboxAgenticRunner,
   stepCalls,
 } from '../../src/sft/curriculum/agentic.js';
 import { CURRICULA, isTestPrompt, problemOf, split, type Task } from '../../src/sft/curriculum/index.js';
+import { sandboxRunner, type ToolRunner } from '../../src/sft/tool-runner.js';
 import { lines, ROOT, rstar } from '../support/helpers.js';
 
 let ctx: ProtocolContext;
-let runner: AgenticRunner;
+let runner: ToolRunner;
 let close: () => Promise<void>;
 
 before(async () => {
   ctx = await loadProtocol(`${ROOT}fixtures/tiny`);
   const sandbox = await startSandbox();
-  runner = sandboxAgenticRunner(sandbox.url);
+  runner = sandboxRunner(sandbox.url);
   close = async () => {
     await runner.close();
     await sandbox.close();

@@ -2,10 +2,9 @@ import { DataError } from '../../errors.js';
 import type { Rng } from '../../random.js';
 import type { SubmissionResult } from '../../records/sandbox.js';
 import { scriptedTrajectory } from '../../rollout/agent.js';
-import { SandboxClient } from '../../sandbox/client.js';
 import type { ConversationRenderer } from '../conversation.js';
 import type { SftRecord } from '../record.js';
-import type { CodeCall } from '../tool-runner.js';
+import type { CodeCall, ToolRunner } from '../tool-runner.js';
 import type { Family, Task, ToolStep } from './families.js';
 
 /**
@@ -342,53 +341,6 @@ function agenticTask(
 
 export const AGENTIC_FAMILIES: Record<string, Family> = { inspect, search, recover };
 
-/** Where a multi-step task's calls run: each call with the task's files (stateless), or as one session's cells. */
-export interface AgenticRunner {
-  /** Each call in a fresh interpreter whose working directory holds `files`. */
-  run(calls: (CodeCall & { files?: Record<string, string> })[]): Promise<SubmissionResult[]>;
-  /** The calls as the cells of one new session whose working directory starts with `files`. */
-  runCells(calls: CodeCall[], files?: Record<string, string>): Promise<SubmissionResult[]>;
-  close(): Promise<void>;
-}
-
-/** A problem's text files as the sandbox's `files` (name -> base64). */
-export function base64Files(files: Record<string, string> | undefined): Record<string, string> | undefined {
-  if (files === undefined || Object.keys(files).length === 0) return undefined;
-  return Object.fromEntries(
-    Object.entries(files).map(([k, v]) => [k, Buffer.from(v, 'utf8').toString('base64')]),
-  );
-}
-
-/**
- * A running `sandbox-serve`: the calls carry the files as SandboxFusion's `files`, sessions get
- * them once, on `POST /sessions`. (The warm runner has no files yet: src/sft/tool-runner.ts.)
- */
-export function sandboxAgenticRunner(url: string, options: { token?: string } = {}): AgenticRunner {
-  const client = new SandboxClient(url, { token: options.token, rejectServiceFailures: true });
-  return {
-    run: (calls) =>
-      client.runBatch(
-        calls.map((c) => {
-          const files = base64Files(c.files);
-          return { type: 'python', solution: c.code, input: c.input, ...(files ? { files } : {}) };
-        }),
-      ),
-    async runCells(calls, files) {
-      const encoded = base64Files(files);
-      const session_id = await client.createSession(encoded ? { files: encoded } : {});
-      try {
-        const results: SubmissionResult[] = [];
-        for (const c of calls)
-          results.push(await client.run({ type: 'python', solution: c.code, input: c.input, session_id }));
-        return results;
-      } finally {
-        await client.closeSession(session_id);
-      }
-    },
-    close: () => client.close(),
-  };
-}
-
 /** The calls of a task in `mode`: stateless calls are self-contained, a session's cells reuse variables. */
 export function stepCalls(task: Task, mode: 'stateless' | 'session'): CodeCall[] {
   const steps = task.steps ?? [{ reason: task.reason, code: task.code, input: task.input }];
@@ -398,7 +350,7 @@ export function stepCalls(task: Task, mode: 'stateless' | 'session'): CodeCall[]
 /** Runs a task's steps in `mode` and checks each result against what the step must do. */
 export async function runSteps(
   task: Task,
-  runner: AgenticRunner,
+  runner: ToolRunner,
   mode: 'stateless' | 'session',
 ): Promise<SubmissionResult[]> {
   const calls = stepCalls(task, mode);
@@ -441,7 +393,7 @@ const steady = (r: SubmissionResult): SubmissionResult => ({
  */
 export async function agenticDemonstrations(
   tasks: Task[],
-  runner: AgenticRunner,
+  runner: ToolRunner,
   renderer: ConversationRenderer,
   options: {
     name: string;
