@@ -158,10 +158,11 @@ touch "$OUT/steps.jsonl" "$OUT/curve.jsonl"
 # the mean reward, and the tool use of its rollouts where rollout recorded it (stats.tool_use).
 curve_point() {
   local stats extra='' share err
-  stats=$(grep "\"step\":$1," "$OUT/rollout-steps.jsonl" | tail -n 1)
-  reward=$(json_number "$stats" mean_reward)
-  share=$(json_number "$stats" multi_call_share)
-  err=$(json_number "$stats" positive_tool_error_rate)
+  # (a step killed before its statistics were written has none: its point says reward 0)
+  stats=$(grep "\"step\":$1," "$OUT/rollout-steps.jsonl" | tail -n 1) || stats=''
+  reward=$(json_number "$stats" mean_reward) || reward=''
+  share=$(json_number "$stats" multi_call_share) || share=''
+  err=$(json_number "$stats" positive_tool_error_rate) || err=''
   [[ -n $share ]] && extra+=",\"train_multi_call_share\":$share"
   [[ -n $err ]] && extra+=",\"train_positive_tool_error_rate\":$err"
   printf '{"v":1,"step":%s,"train_reward":%s%s}\n' "$1" "${reward:-0}" "$extra" >>"$OUT/curve.jsonl"
