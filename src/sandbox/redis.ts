@@ -630,10 +630,12 @@ export class RedisRunner implements Runner {
       for (const c of clients) if (c.isOpen) c.destroy();
       return;
     }
-    // Calls this server started finish; queued ones stay in Redis for the other workers.
+    // Calls this server started finish; queued ones stay in Redis for the other workers. The loops
+    // end first: a read in flight when closing began may still hand over calls, answered (or given
+    // back) before the consumer leaves the group.
     const deadline = Date.now() + (this.#pool.options.timeoutS + 2) * 1000;
-    while (this.#running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     await Promise.allSettled(this.#loops);
+    while (this.#running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     for (const [id, list] of this.#waiters) {
       // queue_timeout promises "never started"; only a call marked expired can keep that promise.
       const ok = await this.#client
