@@ -100,7 +100,6 @@ interface Session {
   lastUsed: number;
   /** Cells and operations queued or running. */
   pending: number;
-  cells: number;
 }
 
 /** Sessions forked from one another share a family on their executor (session.py). */
@@ -525,7 +524,6 @@ export class LocalPool implements Runner {
       closed: false,
       lastUsed: performance.now(),
       pending: 0,
-      cells: 0,
     };
     this.#sessions.set(session.id, session);
     return session;
@@ -671,7 +669,6 @@ export class LocalPool implements Runner {
             job.resolve(notFound(s, session.id, `session ${session.id} ${session.lost}`));
             return;
           }
-          session.cells += 1;
           const result: SubmissionResult = { ...toResult(s, raw, o.outputChars), session_id: session.id };
           if (raw.rolled_back) result.session_rolled_back = true;
           job.resolve(result);

@@ -827,7 +827,8 @@ def guard_program(own):
     the cell (its family's states and init), no signal to all (-1) or to their process groups, no
     reading or writing another process's memory. The cell's own processes all have larger pids.
     Guards stack: a state made from a cell keeps its guard, and the next cell adds its own (with a
-    larger threshold), so a session's cells are limited in number (MAX_CELLS)."""
+    larger threshold); past ~1,000 cells the kernel refuses another filter, and the cell fails before
+    any user code (internal_error, the session as it was)."""
     LD_W_ABS, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
     ALLOW, DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
     # kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_open, prlimit64: first argument a pid
@@ -855,8 +856,6 @@ def guard_program(own):
     prog.append((RET, 0, 0, DENY))
     return prog
 
-
-MAX_CELLS = 1000
 
 
 def install_guard(own):
