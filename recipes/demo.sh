@@ -12,7 +12,7 @@
 #   bash recipes/demo.sh [OUT]     # OUT defaults to runs/demo; rerunning resumes where it stopped
 #
 # Sizes come from environment variables (defaults in brackets):
-#   RSTAR_DEMO_STAGES ["44 44 22"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["256 384 384"] their budgets
+#   RSTAR_DEMO_STAGES ["44 44 22"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["384 512 512"] their budgets
 #   RSTAR_DEMO_PROBLEMS [16] problems per step   RSTAR_DEMO_KEEP [4] G (2G rollouts per problem)
 #   RSTAR_DEMO_LR ["3e-4 3e-4 1e-4"] the learning rates of stages 1, 2, 3 (one value: all three);
 #     stage 3, on the hard subset, drifted at 3e-4 (docs/experiments/2026-12-03-stage-3-lr.md)
@@ -27,6 +27,8 @@
 #     thread each (engine-serve --threads 1, train-step --threads 1); 0: strictly on-policy, each on every core]
 #   RSTAR_DEMO_ENGINES [2 one-step-off, 1 on-policy] engine-serve processes (rollout's scheduler spreads
 #     the requests over them; train-step --sync updates them all)
+#   RSTAR_RL_MAX_TURNS [4] assistant turns per trajectory, RL and the evaluations: two calls and the answer,
+#     and one more to fix a failed call
 #   RSTAR_DEMO_EVAL_N [4] samples per held-out problem for the SFT and final evaluations
 #   RSTAR_DEMO_CURVE_N [2] samples per held-out problem for the curve's points (0: skip them)
 #   RSTAR_DEMO_CURVE_EVERY [10] a curve point every this many steps (the checkpoint step-K, evaluated
@@ -63,7 +65,7 @@ source recipes/servers.sh
 
 OUT=${1:-runs/demo}
 read -r -a STAGES <<<"${RSTAR_DEMO_STAGES:-44 44 22}"
-read -r -a TOKENS <<<"${RSTAR_DEMO_TOKENS:-256 384 384}"
+read -r -a TOKENS <<<"${RSTAR_DEMO_TOKENS:-384 512 512}"
 ((${#STAGES[@]} == 3 && ${#TOKENS[@]} == 3)) || die "RSTAR_DEMO_STAGES and RSTAR_DEMO_TOKENS take three numbers each"
 read -r -a LRS <<<"${RSTAR_DEMO_LR:-3e-4 3e-4 1e-4}"
 ((${#LRS[@]} == 1)) && LRS=("${LRS[0]}" "${LRS[0]}" "${LRS[0]}")
@@ -71,6 +73,9 @@ read -r -a LRS <<<"${RSTAR_DEMO_LR:-3e-4 3e-4 1e-4}"
 EVAL_N=${RSTAR_DEMO_EVAL_N:-4}
 CURVE_N=${RSTAR_DEMO_CURVE_N:-2}
 CURVE_EVERY=${RSTAR_DEMO_CURVE_EVERY:-10}
+# Two calls and the answer are three turns; the fourth is room to fix a failed call (recovery).
+MAX_TURNS=${RSTAR_RL_MAX_TURNS:-4}
+export RSTAR_RL_MAX_TURNS=$MAX_TURNS
 [[ $CURVE_EVERY =~ ^[1-9][0-9]*$ ]] || die "RSTAR_DEMO_CURVE_EVERY: expected a positive whole number, got '$CURVE_EVERY'"
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 KEEP_CHECKPOINTS=${RSTAR_DEMO_KEEP_CHECKPOINTS:-2}
@@ -95,7 +100,7 @@ SETTINGS=(RSTAR_DEMO_STAGES="${STAGES[*]}" RSTAR_DEMO_TOKENS="${TOKENS[*]}" \
   RSTAR_DEMO_EVAL_N="$EVAL_N" RSTAR_DEMO_CURVE_N="$CURVE_N" RSTAR_DEMO_CURVE_EVERY="$CURVE_EVERY" \
   RSTAR_DEMO_TOOL_TIMEOUT="${RSTAR_DEMO_TOOL_TIMEOUT:-5}" RSTAR_DEMO_TOOL_CACHE="${RSTAR_DEMO_TOOL_CACHE:-group}" \
   RSTAR_DEMO_EVAL_TOOL_CACHE="${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}" RSTAR_DEMO_SEED="${RSTAR_DEMO_SEED:-0}" \
-  RSTAR_DEMO_SFT="${RSTAR_DEMO_SFT:-}" RSTAR_SFT_TEMPLATE="$TEMPLATE")
+  RSTAR_DEMO_SFT="${RSTAR_DEMO_SFT:-}" RSTAR_SFT_TEMPLATE="$TEMPLATE" RSTAR_RL_MAX_TURNS="$MAX_TURNS")
 check_manifest "$OUT/manifest.txt" "$earlier" "$OUT" "${SETTINGS[@]}"
 # The SFT checkpoint this run would reuse: made with this run's RSTAR_SFT_* settings? (sft.sh's own
 # check; a folder given as RSTAR_DEMO_SFT is the caller's choice and is taken as it is)
@@ -151,7 +156,7 @@ start_engines "$ENGINE_PROCS" "$OUT/engine" --model "$SFT/ckpt" --weight-version
 start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve --tool-timeout "${RSTAR_DEMO_TOOL_TIMEOUT:-5}"
 SANDBOX=$SERVER_URL
 ROLLOUT=("${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt" --chat-template "$TEMPLATE"
-  --max-turns 3 --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}"
+  --max-turns "$MAX_TURNS" --temperature 1 --max-tokens "${TOKENS[2]}" --tool-cache "${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}"
   --tool-cache-audit "${RSTAR_DEMO_TOOL_CACHE_AUDIT:-0.05}" --tool-state "$TOOL_STATE")
 
 # evaluate NAME CHECKPOINT VERSION N STEP: held-out avg@N of a checkpoint (kept if already done),

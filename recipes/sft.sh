@@ -7,7 +7,7 @@
 #   RSTAR_SFT_QUICK=1 bash recipes/sft.sh /tmp/sft-ci   # CI: a minute or two, checks the loop runs
 #
 # Sizes come from environment variables (defaults in brackets):
-#   RSTAR_SFT_CURRICULUM [mix]  RSTAR_SFT_TRAIN [5000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
+#   RSTAR_SFT_CURRICULUM [mix-agentic: the eight families, three of them multi-step; mix: the five one-call ones]  RSTAR_SFT_TRAIN [5000]  RSTAR_SFT_TEST [100]  RSTAR_SFT_SEED [0]
 #   RSTAR_SFT_CONFIG [fixtures/tiny/config.json]  RSTAR_SFT_INIT [induction: model-init --init; heads
 #   above the first layer start as copying heads, docs/sft.md; `normal` for a plain random init]
 #   RSTAR_SFT_BATCH [8]  RSTAR_SFT_LR [4e-3]  RSTAR_SFT_NPROC [2 on a machine with 2 or more cores:
@@ -15,12 +15,14 @@
 #   RSTAR_SFT_WINDOW [1: batches are uniform draws; N > 1: batches of similar length from windows of
 #   N batches, less padding but copying formed later in every run so far, docs/sft.md]
 #   RSTAR_SFT_WARMUP [30]  RSTAR_SFT_DECAY [0.25: LR decays linearly to 2% over this last fraction
-#   of the budget; 0 = constant]  RSTAR_SFT_TOTAL [480: wall-clock seconds for the whole recipe]
+#   of the budget; 0 = constant]  RSTAR_SFT_TOTAL [900: wall-clock seconds for the whole recipe, a guard:
+#   RSTAR_SFT_MAX_STEPS ends training first on any machine doing a step in under ~1.3 s, so a loaded machine
+#   trains the same model, only later; 480 left a loaded run 380 of its 600 steps, docs/sft.md]
 #   RSTAR_SFT_SECONDS [the training loop's budget; default: what RSTAR_SFT_TOTAL leaves after the data
 #   and model-init, minus RSTAR_SFT_EVAL_RESERVE (70) for the evaluation]
-#   RSTAR_SFT_MAX_STEPS [600: what the 480 s budget trained on the machines the targets were set on;
-#   a faster machine stops there instead of training past the accuracy band; 0 = no limit]  RSTAR_SFT_CKPT_EVERY [500]  RSTAR_SFT_EVAL_N [2: samples per
-#   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [384: above the longest demonstration, ~300]  RSTAR_SFT_DATA [reuse a built data folder]
+#   RSTAR_SFT_MAX_STEPS [600: what the first 480 s budget trained on the machines the targets were set on;
+#   training ends there, on a faster machine as on a slower one; 0 = no limit]  RSTAR_SFT_CKPT_EVERY [500]  RSTAR_SFT_EVAL_N [2: samples per
+#   problem at temperature 1]  RSTAR_SFT_EVAL_TOKENS [512: above the longest demonstration, ~430]  RSTAR_SFT_DATA [reuse a built data folder]
 #   RSTAR_SFT_TEMPLATE [fixtures/curriculum/tiny.jinja; `rstar2` for the release's full prompt]
 #   RSTAR_SFT_SANDBOX [unset: the curriculum's own programs run in one warm python3 with the sandbox's cell
 #                     semantics (sft-data's default); embedded, or a sandbox-serve URL: in the sandbox]
@@ -44,7 +46,7 @@ if [[ $QUICK == 1 ]]; then
   : "${RSTAR_SFT_TRAIN:=48}" "${RSTAR_SFT_TEST:=4}" "${RSTAR_SFT_SECONDS:=40}" "${RSTAR_SFT_MAX_STEPS:=3}"
   : "${RSTAR_SFT_EVAL_N:=1}" "${RSTAR_SFT_CKPT_EVERY:=2}" "${RSTAR_SFT_EVAL_TOKENS:=64}"
 fi
-CURRICULUM=${RSTAR_SFT_CURRICULUM:-mix}
+CURRICULUM=${RSTAR_SFT_CURRICULUM:-mix-agentic}
 TRAIN=${RSTAR_SFT_TRAIN:-5000}
 TEST=${RSTAR_SFT_TEST:-100}
 SEED=${RSTAR_SFT_SEED:-0}
@@ -56,13 +58,13 @@ LR=${RSTAR_SFT_LR:-4e-3}
 WARMUP=${RSTAR_SFT_WARMUP:-30}
 WINDOW=${RSTAR_SFT_WINDOW:-1}
 DECAY=${RSTAR_SFT_DECAY:-0.25}
-TOTAL=${RSTAR_SFT_TOTAL:-480}
+TOTAL=${RSTAR_SFT_TOTAL:-900}
 EVAL_RESERVE=${RSTAR_SFT_EVAL_RESERVE:-70}
 recipe_start=$EPOCHREALTIME
 MAX_STEPS=${RSTAR_SFT_MAX_STEPS:-600}
 CKPT_EVERY=${RSTAR_SFT_CKPT_EVERY:-500}
 EVAL_N=${RSTAR_SFT_EVAL_N:-2}
-EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-384}
+EVAL_TOKENS=${RSTAR_SFT_EVAL_TOKENS:-512}
 TEMPLATE=${RSTAR_SFT_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 TOOL_STATE=${RSTAR_SFT_TOOL_STATE:-stateless}
 [[ $TOOL_STATE == stateless || $TOOL_STATE == session ]] ||
@@ -126,7 +128,7 @@ evaluate() { # NAME TEMPERATURE N
   step "rollout $name (temperature $temperature, n $n) on $(wc -l <"$DATA/test-problems.jsonl") held-out problems"
   rm -f "$OUT/eval-$name.jsonl.tmp" # rollout resumes an --out file; this one must start fresh
   "${RSTAR[@]}" rollout --problems "$DATA/test-problems.jsonl" --model "$OUT/ckpt" --tokenizer "$OUT/ckpt" \
-    --chat-template "$TEMPLATE" --n "$n" --temperature "$temperature" --seed "$SEED" --max-tokens "$EVAL_TOKENS" --max-turns 3 \
+    --chat-template "$TEMPLATE" --n "$n" --temperature "$temperature" --seed "$SEED" --max-tokens "$EVAL_TOKENS" --max-turns 4 \
     --tool-state "$TOOL_STATE" --out "$OUT/eval-$name.jsonl.tmp"
   mv "$OUT/eval-$name.jsonl.tmp" "$OUT/eval-$name.jsonl"
   "${RSTAR[@]}" sft-eval --name "$name" "$OUT/eval-$name.jsonl" | tee -a "$OUT/eval.jsonl"

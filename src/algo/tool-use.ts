@@ -81,6 +81,10 @@ export function familyOf(problemId: string, meta?: Record<string, unknown>): str
   return CURRICULUM_ID.exec(problemId)?.[1];
 }
 
+/** A problem's `meta.steps` (the calls its demonstration makes) of 2 or more: a multi-step problem. */
+export const isMultiStep = (meta?: Record<string, unknown>): boolean =>
+  typeof meta?.steps === 'number' && meta.steps >= 2;
+
 /** `toolUse` per family (samples without a family are left out), families in sorted order. */
 export function toolUseByFamily<S extends ToolUseSample>(
   samples: readonly S[],

@@ -61,44 +61,37 @@ async function toolRunner(opts: Options): Promise<ToolRunner> {
 }
 
 /**
- * The agentic families' demonstrations: in `--sandbox URL`, else in an embedded sandbox (the warm
- * runner has no files), stateless or as sessions (`--tool-state`).
+ * The agentic families' demonstrations, in the same runner as the others (their files go with each
+ * call, or once to the session), stateless or as sessions (`--tool-state`).
  */
-async function multiStep(
+function multiStep(
   tasks: Task[],
   name: string,
   opts: Options,
   renderer: ConversationRenderer,
+  runner: ToolRunner,
 ): Promise<SftRecord[]> {
-  const token = opts.sandboxToken ?? process.env.RSTAR_SANDBOX_TOKEN;
-  const own = opts.sandbox === undefined || opts.sandbox === 'embedded' ? await startSandbox() : undefined;
-  const runner = sandboxRunner(own?.url ?? (opts.sandbox as string), { token });
-  try {
-    return await agenticDemonstrations(tasks, runner, renderer, {
-      name,
-      // session: a task's calls run as one session's cells, the second reusing the first's variables
-      mode: opts.toolState,
-      record: (t) => {
-        const p = problemOf(t, name, 'train');
-        return { id: p.id, source: p.source as string };
-      },
-    });
-  } finally {
-    await runner.close();
-    await own?.close();
-  }
+  return agenticDemonstrations(tasks, runner, renderer, {
+    name,
+    // session: a task's calls run as one session's cells, the second reusing the first's variables
+    mode: opts.toolState,
+    record: (t) => {
+      const p = problemOf(t, name, 'train');
+      return { id: p.id, source: p.source as string };
+    },
+  });
 }
 
 async function synthetic(name: string, opts: Options, renderer: ConversationRenderer): Promise<void> {
   const tasks = split(name, { train: opts.train, test: opts.test, seed: opts.seed });
   const runner = await toolRunner(opts);
-  // Multi-step tasks (the agentic families) carry files: they run in a sandbox (agentic.ts).
+  // Multi-step tasks (the agentic families, agentic.ts) carry files.
   const single = tasks.train.filter((t) => t.steps === undefined);
   const multi = tasks.train.filter((t) => t.steps !== undefined);
   let built: Awaited<ReturnType<typeof demonstrations>>;
   let steps: SftRecord[] = [];
   try {
-    if (multi.length > 0) steps = await multiStep(multi, name, opts, renderer);
+    if (multi.length > 0) steps = await multiStep(multi, name, opts, renderer, runner);
     built = await demonstrations(single, runner, renderer, {
       errorRate: opts.errorRate,
       slipLoss: opts.slipLoss === true,

@@ -24,9 +24,11 @@ export interface Sample {
   finish: Finish;
   /** The problem's family (its meta.family, or a curriculum id's prefix), for the per-family tool use. */
   family?: string;
+  /** The problem needs two or more calls (its meta.steps: the agentic families). */
+  multi_step?: boolean;
 }
 
-export function toSample(t: Trajectory, family?: string): Sample {
+export function toSample(t: Trajectory, family?: string, multiStep = false): Sample {
   let modelTokens = 0;
   for (const m of t.loss_mask) modelTokens += m;
   return {
@@ -42,6 +44,7 @@ export function toSample(t: Trajectory, family?: string): Sample {
     answer_tags: t.answer_tags,
     finish: t.finish,
     ...(family !== undefined ? { family } : {}),
+    ...(multiStep ? { multi_step: true } : {}),
   };
 }
 
@@ -92,6 +95,12 @@ export interface EvalProblemRecord extends EvalProblem {
   infra_errors: number;
 }
 
+/** The problem's family and whether it is multi-step, for the per-family intervals of `eval --compare`. */
+const problemKind = (s: Sample | undefined) => ({
+  ...(s?.family !== undefined ? { family: s.family } : {}),
+  ...(s?.multi_step ? { multi_step: true } : {}),
+});
+
 /**
  * One problem's record over its scored samples (`unordered`, infrastructure failures already left
  * out and counted in `infraErrors`). `correct` counts rewarded samples; the majority answer is correct when
@@ -132,6 +141,7 @@ export async function problemRecord(
     format_violations: samples.filter(isFormatViolation).length,
     finish: countFinish(samples),
     infra_errors: infraErrors,
+    ...problemKind(samples[0]),
   };
 }
 
@@ -168,6 +178,8 @@ export interface EvalSummaryRecord extends EvalSummary {
   positive_error_share: number | null;
   /** The tool-use metrics per problem family, where the problems name one. */
   families?: Record<string, ToolUse>;
+  /** The same over the multi-step problems together (meta.steps >= 2), where there are any. */
+  multi_step?: ToolUse;
 }
 
 /**
@@ -196,6 +208,7 @@ export function summarize(
   const policies = [...new Set(samples.map((s) => s.policy))].sort();
   const use = toolUse(samples);
   const families = toolUseByFamily(samples, (s) => s.family);
+  const multiStep = samples.filter((s) => s.multi_step);
   return {
     v: 1,
     summary: true,
@@ -228,5 +241,6 @@ export function summarize(
     positive_tool_error_rate: use.positive_tool_error_rate,
     positive_error_share: use.positive_error_share,
     ...(Object.keys(families).length > 0 ? { families } : {}),
+    ...(multiStep.length > 0 ? { multi_step: toolUse(multiStep) } : {}),
   };
 }

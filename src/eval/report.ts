@@ -82,8 +82,18 @@ const FAMILY_METRICS: { name: string; key: string; percent: boolean }[] = [
   { name: 'pos. with err (%)', key: 'positive_error_share', percent: true },
 ];
 
-const familiesOf = (s: EvalSummary): Record<string, FamilyUse> =>
-  (s.families ?? {}) as Record<string, FamilyUse>;
+/** A summary's row for its multi-step problems together, after the families. */
+export const MULTI_STEP = 'multi-step';
+
+/** The families of a summary, and its multi-step problems together as one more row. */
+const familiesOf = (s: EvalSummary): Record<string, FamilyUse> => ({
+  ...((s.families ?? {}) as Record<string, FamilyUse>),
+  ...(s.multi_step ? { [MULTI_STEP]: s.multi_step as FamilyUse } : {}),
+});
+
+/** Whether a per-problem record belongs to a row of the family table. */
+const inFamily = (p: EvalProblem, family: string): boolean =>
+  family === MULTI_STEP ? p.multi_step === true : p.family === family;
 
 /** One row per benchmark and problem family: how agentic the trajectories were (empty without families). */
 export function familyTable(summaries: readonly EvalSummary[]): string {
@@ -274,10 +284,14 @@ export function compareReports(
       const interval = ci ? `[${signed(ci.lo * scale, digits)}, ${signed(ci.hi * scale, digits)}]` : '';
       rows.push([name, m.name, fmt(va), fmt(vb), delta, interval]);
     }
-    // The tool use of each problem family (curriculum benchmarks), without intervals.
+    // The tool use of each problem family (curriculum benchmarks), then the multi-step ones together.
     const fa = sa ? familiesOf(sa) : {};
     const fb = sb ? familiesOf(sb) : {};
-    for (const family of [...new Set([...Object.keys(fa), ...Object.keys(fb)])].sort()) {
+    const families = [...new Set([...Object.keys(fa), ...Object.keys(fb)])]
+      .filter((f) => f !== MULTI_STEP)
+      .sort();
+    if (MULTI_STEP in fa || MULTI_STEP in fb) families.push(MULTI_STEP);
+    for (const family of families) {
       for (const m of FAMILY_METRICS) {
         const va = fa[family]?.[m.key];
         const vb = fb[family]?.[m.key];
@@ -287,7 +301,13 @@ export function compareReports(
         const fmt = (v: unknown) => (typeof v === 'number' ? (v * scale).toFixed(digits) : '');
         const delta =
           typeof va === 'number' && typeof vb === 'number' ? signed((vb - va) * scale, digits) : '';
-        rows.push([`${name} · ${family}`, m.name, fmt(va), fmt(vb), delta, '']);
+        // Accuracy gets the interval of avg@n over the family's problems (those records name it).
+        const ci =
+          pp && m.key === 'accuracy'
+            ? compareMetric(pp.a, pp.b, (p) => (inFamily(p, family) && p.n > 0 ? p.correct / p.n : undefined))
+            : undefined;
+        const interval = ci ? `[${signed(ci.lo * scale, digits)}, ${signed(ci.hi * scale, digits)}]` : '';
+        rows.push([`${name} · ${family}`, m.name, fmt(va), fmt(vb), delta, interval]);
       }
     }
   }

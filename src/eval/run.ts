@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { familyOf } from '../algo/tool-use.js';
+import { familyOf, isMultiStep } from '../algo/tool-use.js';
 import { DataError } from '../errors.js';
 import { writeFileAtomic } from '../ndjson/index.js';
 import type { Problem } from '../records/problem.js';
@@ -86,7 +86,7 @@ export async function evaluateBenchmark(
       infra.set(t.problem_id, (infra.get(t.problem_id) ?? 0) + 1);
       continue;
     }
-    const sample = toSample(t, familyOf(t.problem_id, problem?.meta));
+    const sample = toSample(t, familyOf(t.problem_id, problem?.meta), isMultiStep(problem?.meta));
     samples.push(sample);
     const group = groups.get(sample.problem_id);
     if (group) group.push(sample);

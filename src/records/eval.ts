@@ -16,6 +16,8 @@ export const EvalProblem = z.looseObject({
     .nonnegative()
     .optional()
     .describe('samples that failed for infrastructure reasons (finish "error"), not in n'),
+  family: z.string().optional().describe("the problem's family (meta.family or a curriculum id prefix)"),
+  multi_step: z.boolean().optional().describe('the problem needs two or more tool calls (meta.steps >= 2)'),
 });
 export type EvalProblem = z.output<typeof EvalProblem>;
 
@@ -59,6 +61,10 @@ export const EvalSummary = z.looseObject({
     .describe(
       'per problem family (meta.family or a curriculum id prefix): trajectories, tool_calls_per_traj, multi_call_share, tool_error_rate, recovery_rate, positive_tool_error_rate, positive_error_share, accuracy',
     ),
+  multi_step: z
+    .record(z.string(), z.number().nullable())
+    .optional()
+    .describe('the same metrics over the multi-step problems together (meta.steps >= 2)'),
 });
 export type EvalSummary = z.output<typeof EvalSummary>;
 

@@ -84,6 +84,7 @@ export const EndBatch = z.looseObject({
       tool_use: z.record(z.string(), z.number().nullable()).optional(),
       /** The same per problem family (meta.family, or a curriculum id's prefix). */
       tool_use_by_family: z.record(z.string(), z.record(z.string(), z.number().nullable())).optional(),
+      tool_use_multi_step: z.record(z.string(), z.number().nullable()).optional(),
       /** With `--tool-state session` (no `tool_cache` then: a cell's result is never shared). */
       tool_state: z.literal('session').optional(),
       /** With `--tool-state session`: lost sessions rebuilt by replaying their finished cells, over the step. */
@@ -93,7 +94,7 @@ export const EndBatch = z.looseObject({
     })
     .optional()
     .describe(
-      "rollout's statistics of the step: problems, trajectories, mean_reward, mixed_groups, refill rounds, policy_version, turns_by_version, tool_cache counts (or tool_state session and its session_replays), tool_use (calls per trajectory, multi-call share, tool-error rate, recovery rate, positive tool-error rate, accuracy) and tool_use_by_family, seconds waiting for the policy and in all",
+      "rollout's statistics of the step: problems, trajectories, mean_reward, mixed_groups, refill rounds, policy_version, turns_by_version, tool_cache counts (or tool_state session and its session_replays), tool_use (calls per trajectory, multi-call share, tool-error rate, recovery rate, positive tool-error rate, accuracy) and tool_use_by_family, tool_use_multi_step (the multi-step problems together, meta.steps >= 2), seconds waiting for the policy and in all",
     ),
 });
 export type EndBatch = z.output<typeof EndBatch>;

@@ -1,4 +1,4 @@
-import { familyOf, type ToolUseSample, toolUse, toolUseByFamily } from '../algo/tool-use.js';
+import { familyOf, isMultiStep, type ToolUseSample, toolUse, toolUseByFamily } from '../algo/tool-use.js';
 import { fnv1a, mulberry32 } from '../random.js';
 import type { Problem } from '../records/problem.js';
 import type { EndBatch as RecordEndBatch } from '../records/step.js';
@@ -232,6 +232,7 @@ export async function* rolloutSteps(
   const cap = Math.max(1, options.dynamicSampling ?? 1) * options.batch;
   let mixedRate: number | undefined; // the previous step's share of mixed groups (at least 1 in 10)
   const families = new Map(problems.map((p) => [p.id, familyOf(p.id, p.meta)]));
+  const multiStep = new Set(problems.filter((p) => isMultiStep(p.meta)).map((p) => p.id));
   for (let k = options.startStep ?? 1; k <= options.steps; k += 1) {
     const t0 = Date.now();
     const version = await waitForPolicy(rolloutOptions.engines, k - 1 - (options.maxStaleness ?? 0), options);
@@ -252,13 +253,17 @@ export async function* rolloutSteps(
     const toolCache = rolloutOptions.toolCache === 'group' && !session ? emptyCounts() : undefined;
     let replays = 0;
     const turnsByVersion: Record<string, number> = {};
-    const uses: (ToolUseSample & { family?: string })[] = [];
+    const uses: (ToolUseSample & { family?: string; multi_step?: boolean })[] = [];
     const stamp = (t: Trajectory): Trajectory => {
       tally.trajectories += 1;
       replays += t.session_replays ?? 0;
       for (const v of t.turn_versions ?? []) turnsByVersion[v] = (turnsByVersion[v] ?? 0) + 1;
       if (!failed(t)) {
-        uses.push({ ...pickUse(t), family: families.get(t.problem_id) });
+        uses.push({
+          ...pickUse(t),
+          family: families.get(t.problem_id),
+          multi_step: multiStep.has(t.problem_id),
+        });
         const list = rewards.get(t.problem_id) ?? [];
         list.push(t.reward);
         rewards.set(t.problem_id, list);
@@ -309,6 +314,7 @@ export async function* rolloutSteps(
     const { trajectories, sum, scored } = tally;
     const mixed = [...rewards.values()].filter(isMixed).length;
     const byFamily = toolUseByFamily(uses, (u) => u.family);
+    const multi = uses.filter((u) => u.multi_step);
     if (rewards.size > 0) mixedRate = Math.max(0.1, mixed / rewards.size);
     yield {
       v: 1,
@@ -326,6 +332,7 @@ export async function* rolloutSteps(
         ...(session ? { tool_state: 'session' as const, session_replays: replays } : {}),
         tool_use: toolUse(uses),
         ...(Object.keys(byFamily).length > 0 ? { tool_use_by_family: byFamily } : {}),
+        ...(multi.length > 0 ? { tool_use_multi_step: toolUse(multi) } : {}),
         wait_seconds: Math.round(waited * 1000) / 1000,
         seconds: Math.round((Date.now() - t0) / 10) / 100,
       },

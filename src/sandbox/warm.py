@@ -7,7 +7,8 @@
 #
 #   python -I warm.py     (started by src/sft/tool-runner.ts: warmRunner)
 #
-# Protocol: one JSON request per line on fd 3, {"code", "input", "mode", "timeout", "keep"}; one
+# Protocol: one JSON request per line on fd 3, {"code", "input", "mode", "timeout", "keep", "files"?}
+# (files: {name: base64}, written to a working folder of the call's own, as the sandbox's); one
 # JSON answer per line on fd 4, {"exit", "cost", "timed_out", "stdout", "stderr"}, the outputs the
 # first `keep` bytes, base64 (Node decodes them as the sandbox's are). fd 2 at start (the runner's
 # own errors) is kept as fd 5 while calls use fds 0-2.
@@ -117,15 +118,31 @@ def answer(req, status, cost, timed_out):
     }
 
 
+def write_files(work, files):
+    for name, content in (files or {}).items():
+        path = os.path.join(work, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'wb') as f:
+            f.write(base64.b64decode(content))
+
+
 def run(req, scratch, own_main):
-    os.chdir(scratch)
+    # A call with files gets a folder of its own (the agentic families' data), as in the sandbox;
+    # the others share the scratch folder (trusted programs that write nothing).
+    work = tempfile.mkdtemp(dir=scratch) if req.get('files') else scratch
+    write_files(work, req.get('files'))
+    os.chdir(work)
     std_streams(req.get('input', ''))
     main = type(sys)('__main__')
     main.__builtins__ = builtins
     sys.modules['__main__'] = main
     status, cost, timed_out = timed_cell(req, main.__dict__)
     sys.modules['__main__'] = own_main
-    return answer(req, status, cost, timed_out)
+    reply = answer(req, status, cost, timed_out)
+    if work != scratch:
+        os.chdir(scratch)
+        shutil.rmtree(work, ignore_errors=True)
+    return reply
 
 
 def read_line(fd):
@@ -162,11 +179,7 @@ class Sessions:
         folder = os.path.join(self.scratch, sid)
         work = os.path.join(folder, 'work')
         os.makedirs(work)
-        for name, content in (files or {}).items():
-            path = os.path.join(work, name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, 'wb') as f:
-                f.write(base64.b64decode(content))
+        write_files(work, files)
         cmd_r, cmd_w = os.pipe()
         ans_r, ans_w = os.pipe()
         pid = os.fork()

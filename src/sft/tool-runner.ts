@@ -153,20 +153,22 @@ export function warmRunner(
     return a.rolled_back === true ? { ...r, session_rolled_back: true } : r;
   }
 
-  const one = (call: CodeCall, session?: string): Promise<SubmissionResult> =>
-    request({ code: call.code, input: call.input, timeout, keep, ...(session ? { session } : {}) }).then(
-      (line) => result(call, line),
-    );
-
-  /** The warm runner runs no files: a task that needs them goes to a sandbox runner. */
-  const noFiles = (calls: CodeCall[], files?: Record<string, string>) => {
-    if (files || calls.some((c) => c.files))
-      throw new Error('warm runner: calls with files need a sandbox runner');
+  const one = (call: CodeCall, session?: string): Promise<SubmissionResult> => {
+    const files = session ? undefined : encodeFiles(call.files);
+    return request({
+      code: call.code,
+      input: call.input,
+      timeout,
+      keep,
+      ...(session ? { session } : {}),
+      ...(files ? { files } : {}),
+    }).then((line) => result(call, line));
   };
 
   async function runCells(calls: CodeCall[], files?: Record<string, string>): Promise<SubmissionResult[]> {
-    noFiles(calls, files);
-    const { session } = JSON.parse(await request({ op: 'open' })) as { session: string };
+    const encoded = encodeFiles(files);
+    const opened = await request({ op: 'open', ...(encoded ? { files: encoded } : {}) });
+    const { session } = JSON.parse(opened) as { session: string };
     try {
       const results: SubmissionResult[] = [];
       for (const c of calls) results.push(await one(c, session));
@@ -177,10 +179,7 @@ export function warmRunner(
   }
 
   return {
-    run: async (calls) => {
-      noFiles(calls);
-      return Promise.all(calls.map((c) => one(c)));
-    },
+    run: (calls) => Promise.all(calls.map((c) => one(c))),
     runCells,
     async close() {
       if (child.exitCode !== null || child.signalCode !== null) return;

@@ -136,6 +136,54 @@ describe('agentic tool-use metrics', () => {
     assert.match(compare, /\| curriculum · inspect \| tool err \(%\) \| 50\.0 \| 0\.0 \| -50\.0 \|/);
   });
 
+  it('take the multi-step problems (meta.steps >= 2) together, with intervals in compare.md', async () => {
+    const steps = [
+      problem('P1', { family: 'inspect', steps: 2 }),
+      problem('recover-0000000b', { steps: 2 }),
+      problem('aime-2024-1', { steps: 1 }),
+    ];
+    const a = await evaluateBenchmark('curriculum', sourced(), { problems: steps, verifier });
+    // P1 and recover-...: 6 trajectories, 11 calls, 6 failed, 5 with 2+ calls, 4 correct.
+    assert.deepEqual(
+      a.summary.multi_step,
+      toolUse(ROWS.slice(0, 6).map(([, , c, e, r]) => ({ tool_calls: c, tool_errors: e, reward: r }))),
+    );
+    assert.equal(a.summary.multi_step?.accuracy, 4 / 6);
+    assert.deepEqual(
+      a.records.map((r) => [r.problem_id, r.family, r.multi_step]),
+      [
+        ['P1', 'inspect', true],
+        ['recover-0000000b', 'recover', true],
+        ['aime-2024-1', undefined, undefined],
+      ],
+    );
+    const md = markdownReport(makeReport([a.summary]), { lengths: {} });
+    assert.match(md, /\| curriculum \| multi-step \| 6 \| 66\.7 \| 1\.83 \|/);
+    // B: every multi-step sample right. avg@n over the two problems goes 0.75 -> 1 and 0.5 -> 1.
+    async function* better(): AsyncGenerator<Sourced> {
+      for await (const s of sourced()) {
+        const t = s.trajectory;
+        const right = t.problem_id !== 'aime-2024-1' && t.finish !== 'error';
+        yield { ...s, trajectory: right ? { ...t, reward: 1, answer: '1' } : t };
+      }
+    }
+    const b = await evaluateBenchmark('curriculum', better(), { problems: steps, verifier });
+    const byId = (rs: typeof a.records) => new Map(rs.map((r) => [r.problem_id, r]));
+    const paired = new Map([['curriculum', { a: byId(a.records), b: byId(b.records) }]]);
+    const compare = compareReports(makeReport([a.summary]), makeReport([b.summary]), ['sft', 'rl'], paired);
+    assert.match(
+      compare,
+      /\| curriculum · multi-step \| accuracy \(%\) \| 66\.7 \| 100\.0 \| \+33\.3 \| \[\+25\.0, \+50\.0\] \|/,
+    );
+    // a family's interval is over its own problems: inspect is P1 alone
+    assert.match(
+      compare,
+      /\| curriculum · inspect \| accuracy \(%\) \| 75\.0 \| 100\.0 \| \+25\.0 \| \[\+25\.0, \+25\.0\] \|/,
+    );
+    // the multi-step row comes after the families
+    assert.ok(compare.indexOf('· multi-step') > compare.indexOf('· recover'));
+  });
+
   it('are on the RL curve, where rl.sh wrote them from the step statistics', () => {
     const points = [1, 2].map((step) =>
       CurvePoint.parse({

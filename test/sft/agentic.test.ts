@@ -86,6 +86,8 @@ describe('agentic curriculum', () => {
         const p = Problem.parse(problemOf(t, 'agentic', 'train'));
         assert.equal(p.meta?.family, name);
         assert.equal(t.steps?.length, 2, t.prompt);
+        // evaluations count it among the multi-step problems
+        assert.equal(p.meta?.steps, 2, t.prompt);
         if (name === 'search') {
           assert.equal(p.files, undefined);
           continue;

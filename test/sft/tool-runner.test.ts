@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Rng } from '../../src/random.js';
 import type { SubmissionResult } from '../../src/records/sandbox.js';
+import { stepCalls } from '../../src/sft/curriculum/agentic.js';
 import { brokenCode } from '../../src/sft/curriculum/families.js';
 import { split } from '../../src/sft/curriculum/index.js';
 import { type CodeCall, embeddedRunner, type ToolRunner, warmRunner } from '../../src/sft/tool-runner.js';
@@ -89,6 +90,26 @@ describe('warmRunner: the sandbox results of trusted code, in one interpreter', 
     ]);
     assert.equal(results[0].stdout, '12\n');
     assert.match(results[3].stderr ?? '', /^EOFError/);
+  });
+
+  it("reads a call's files in a working folder of its own, stateless and as a session's cells", async () => {
+    const tasks = split('agentic', { train: 24, test: 0, seed: 5 }).train;
+    // Stateless: each call brings the task's files (the first call of recover fails on them).
+    const calls = tasks.flatMap((t) => stepCalls(t, 'stateless').map((c) => ({ ...c, files: t.files })));
+    const results = await agree(calls);
+    assert.ok(results.some((r) => !r.run_success && /ValueError/.test(r.stderr ?? '')));
+    // A call's files are its own: a call without them does not find the last call's.
+    const file = Object.keys(tasks.find((t) => t.files)?.files ?? {})[0];
+    const [missing] = await agree([{ code: `print(open(${JSON.stringify(file)}).read())`, input: '' }]);
+    assert.match(missing.stderr ?? '', /^FileNotFoundError/);
+    // Sessions: the files once, at the session's start; the second cell reuses the first's variables.
+    for (const t of tasks.slice(0, 6)) {
+      const cells = stepCalls(t, 'session');
+      const [a, b] = await Promise.all([sandbox.runCells(cells, t.files), warm.runCells(cells, t.files)]);
+      const cell = (r: SubmissionResult) => ({ ...same(r), session_id: undefined });
+      assert.deepEqual(b.map(cell), a.map(cell), t.prompt);
+      assert.equal((b[b.length - 1].stdout ?? '').trim(), t.answer, t.prompt);
+    }
   });
 
   it('stops a call at its limit with the timeout answer, and runs the next one', async () => {

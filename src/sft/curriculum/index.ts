@@ -60,7 +60,8 @@ export function problemOf(task: Task, name: string, split: 'train' | 'test'): Pr
     kind: 'math',
     ...(task.files ? { files: task.files } : {}),
     source: `synthetic/${name}`,
-    meta: { family: task.family, ...task.meta, split },
+    // `steps`: the calls its demonstration makes, so evaluations can tell the multi-step problems
+    meta: { family: task.family, ...task.meta, ...(task.steps ? { steps: task.steps.length } : {}), split },
   };
 }
 
