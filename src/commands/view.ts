@@ -1,9 +1,8 @@
 import { existsSync, statSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
 import { DataError, UsageError } from '../errors.js';
-import { writeReadyFile } from '../process/serve.js';
+import { listen, writeReadyFile } from '../process/listening.js';
 import { integer, number, parse, program } from '../program.js';
-import { listen } from '../sandbox/server.js';
 import { findTokenizer } from '../view/api.js';
 import { exportRuns } from '../view/export.js';
 import { RunIndex } from '../view/run-index.js';
