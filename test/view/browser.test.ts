@@ -1,4 +1,5 @@
-// Catches: a page that renders no curve from a real run layout; step -> trajectories -> turns links
+// Catches: a page that renders no curve from a real run layout; charts below the window or waiting
+// for the trajectories' index that are never drawn; step -> trajectories -> turns links
 // that lead nowhere; a live run whose new step never reaches an open page; model, tool or problem
 // text interpreted as HTML or script; an export that does not open from disk; console errors;
 // anything fetched from outside (a CDN).
@@ -73,6 +74,11 @@ describe('rstar view in chromium', { skip, timeout: 240_000 }, () => {
     const legend = await page.$eval('.chart[data-chart="reward"]', (el) => el.textContent ?? '');
     assert.match(legend, /roc: train reward/);
     assert.match(legend, /grpo: train reward/);
+    // the charts below the window are drawn after, and the trajectories' means once indexed
+    await page.waitForSelector('.charts[data-drawn="all"] .chart[data-chart="time-0"][data-points]', {
+      timeout: 20_000,
+    });
+    await page.waitForSelector('.chart[data-chart="length"][data-points] svg', { timeout: 20_000 });
   });
 
   test('a click on a step lists its trajectories, a click on one shows its turns', async () => {

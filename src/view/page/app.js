@@ -2,7 +2,7 @@
 // trajectory page, routed by the URL's #fragment. Data comes from the server's /api routes, or from
 // the data/ scripts of an export (opened from disk, where fetch() cannot read files). Everything
 // from a run is put in the page as text (dom.js).
-import { overviewSpecs, render } from './charts.js';
+import { drawCharts, overviewSpecs } from './charts.js';
 import { fill, fmt, h, markdown, table } from './dom.js';
 import { highlight } from './highlight.js';
 
@@ -198,7 +198,16 @@ async function showOverview(q) {
       : null;
   const specs = overviewSpecs(sets);
   const grid = h('div', { class: 'charts' });
-  const cells = specs.map((s) => h('div', { class: 'chart', 'data-chart': s.id }));
+  const cells = specs.map((s) =>
+    s.pending
+      ? h(
+          'div',
+          { class: 'chart pending', 'data-chart': s.id },
+          h('strong', {}, s.title),
+          h('p', {}, 'waiting for the trajectories to be indexed…'),
+        )
+      : h('div', { class: 'chart', 'data-chart': s.id }),
+  );
   grid.append(...cells);
   const summary = sets.map((s) => {
     const st = s.overview.steps;
@@ -225,10 +234,8 @@ async function showOverview(q) {
     summary,
     specs.length === 0 ? h('p', {}, 'No steps yet.') : grid,
   );
-  view.ready = Promise.resolve().then(async () => {
-    await new Promise((r) => requestAnimationFrame(r));
-    await Promise.all(specs.map((s, i) => render(cells[i], s.spec, s.count)));
-  });
+  // ready once the charts in the window are drawn; the others are drawn after (charts.js)
+  view.ready = drawCharts(grid, cells, specs);
   return view;
 }
 
