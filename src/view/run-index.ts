@@ -58,6 +58,12 @@ export class RunIndex {
   #groups = new Map<string, number[]>();
   #running: Promise<boolean> | undefined;
 
+  /**
+   * Awaited before each trajectory file is read: the server pauses the indexing while a page opens
+   * (both want the same two cores, and the page is what someone is waiting for).
+   */
+  pace: () => Promise<void> = () => Promise.resolve();
+
   constructor(
     readonly name: string,
     readonly root: string,
@@ -89,10 +95,14 @@ export class RunIndex {
     if (!rows) return this.version !== before;
     let reset = false;
     for (const { path, step } of this.layout.trajectories) {
+      if (!this.#tails.has(path)) await this.pace();
       reset = (await this.#tailRows(path, step, null)) || reset;
     }
     for (const e of this.layout.evals) {
-      for (const path of e.trajectories) reset = (await this.#tailRows(path, null, e.name)) || reset;
+      for (const path of e.trajectories) {
+        if (!this.#tails.has(path)) await this.pace();
+        reset = (await this.#tailRows(path, null, e.name)) || reset;
+      }
     }
     if (reset) {
       // A trajectories file was rewritten: rows after it would point at bytes that moved.

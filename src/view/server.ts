@@ -27,6 +27,9 @@ export const CSP =
 
 const LOCAL_HOSTS = /^(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/;
 
+/** The longest a page load pauses the background indexing (a page that never opens its event stream). */
+export const PAGE_PAUSE_MS = 3000;
+
 function same(a: string, b: string): boolean {
   const x = Buffer.from(a);
   const y = Buffer.from(b);
@@ -53,6 +56,30 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
   const clients = new Set<ServerResponse>();
   const vendor = vendorFiles();
   const page = new Set<string>(PAGE_FILES);
+
+  // A page being opened and the background indexing want the same cores, and someone is waiting
+  // for the page: its request pauses the indexing (between two files) until the page opens its
+  // event stream, which it does once its first view is drawn (page/app.js), or PAGE_PAUSE_MS.
+  let pausedUntil = 0;
+  const waking = new Set<() => void>();
+  const resume = () => {
+    pausedUntil = 0;
+    for (const wake of [...waking]) wake();
+  };
+  const idle = async (): Promise<void> => {
+    for (let wait = pausedUntil - Date.now(); wait > 0; wait = pausedUntil - Date.now()) {
+      await new Promise<void>((wake) => {
+        const done = () => {
+          clearTimeout(timer);
+          waking.delete(done);
+          wake();
+        };
+        const timer = setTimeout(done, wait);
+        waking.add(done);
+      });
+    }
+  };
+  for (const ix of runs) ix.pace = idle;
 
   // Live: each poll reads only what the runs appended; a change is pushed to every open page.
   let polling: Promise<void> = Promise.resolve();
@@ -99,6 +126,7 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
     if (req.method !== 'GET' && req.method !== 'HEAD') return json(res, 405, { error: 'GET only' });
     const path = url.pathname;
     if (path === '/' || path === '/index.html') {
+      pausedUntil = Date.now() + PAGE_PAUSE_MS;
       const headers: Record<string, string> = {
         'content-type': CONTENT_TYPES['.html'],
         'content-security-policy': CSP,
@@ -148,6 +176,7 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
     });
     res.write(': connected\n\n');
     clients.add(res);
+    resume();
     req.on('close', () => clients.delete(res));
   };
 
@@ -164,6 +193,7 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
     async close() {
       clearInterval(poll);
       clearInterval(keepAlive);
+      resume();
       for (const c of clients) c.end();
       clients.clear();
       await polling;

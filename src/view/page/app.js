@@ -692,16 +692,21 @@ async function changed(runs) {
   if (page !== 'trajectory' && page !== 'group') await show();
 }
 
+// The event stream opens once the first view is drawn: the server pauses its background indexing
+// from the page's request until then (server.ts), so the two do not share the cores.
 function follow() {
   if (window.RSTAR_STATIC || !window.EventSource) return;
   const events = new EventSource('api/events');
   events.addEventListener('update', (e) => changed([JSON.parse(e.data).run]));
   // An update sent before the stream opened (while the first view rendered) is not lost: on (re)open
   // the page compares the runs' versions with those it showed.
+  // A run still being indexed for the first time is left alone: its versions move with every file,
+  // and the server sends one update when the indexing ends (drawing the overview again meanwhile
+  // would only take the cores from the indexing).
   events.addEventListener('open', async () => {
     const shown = new Map(state.runs.map((r) => [r.index, r.version]));
     const now = await api('runs');
-    const moved = now.filter((r) => shown.get(r.index) !== r.version).map((r) => r.index);
+    const moved = now.filter((r) => r.indexed && shown.get(r.index) !== r.version).map((r) => r.index);
     if (moved.length > 0) await changed(moved);
   });
 }
