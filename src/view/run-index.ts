@@ -273,6 +273,8 @@ export class RunIndex {
     for (const [line, message] of hit.issues) this.#issue(this.#where(path, line), message);
     this.issueCount += hit.issueCount - hit.issues.length;
     this.version += 1;
+    // a server reads the cache while the page loads: its scripts are answered between two files
+    await new Promise((next) => setImmediate(next));
     return true;
   }
 

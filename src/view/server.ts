@@ -47,6 +47,8 @@ function json(res: ServerResponse, status: number, body: unknown): void {
 
 export interface ViewServer {
   server: Server;
+  /** API answers wait for `work` (the index cache being read) before reading the runs. */
+  waitFor(work: Promise<unknown>): void;
   /** Stops polling, ends the event streams and closes the server. */
   close(): Promise<void>;
 }
@@ -80,6 +82,7 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
     }
   };
   for (const ix of runs) ix.pace = idle;
+  let held: Promise<unknown> = Promise.resolve();
 
   // Live: each poll reads only what the runs appended; a change is pushed to every open page.
   let polling: Promise<void> = Promise.resolve();
@@ -143,6 +146,7 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
     if (asset !== undefined && page.has(asset)) return file(res, join(PAGE_DIR, asset));
     const lib = /^\/vendor\/([\w.-]+)$/.exec(path)?.[1];
     if (lib !== undefined && Object.hasOwn(vendor, lib)) return file(res, vendor[lib]);
+    if (path.startsWith('/api/') && path !== '/api/events') await held;
     if (path === '/api/runs') return json(res, 200, runsPayload(runs));
     if (path === '/api/events') return events(req, res);
     const m = /^\/api\/run\/(\d+)\/(overview|rows|evals|trajectory\/(\d+))$/.exec(path);
@@ -190,6 +194,9 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
 
   return {
     server,
+    waitFor(work) {
+      held = work.catch(() => {});
+    },
     async close() {
       clearInterval(poll);
       clearInterval(keepAlive);
