@@ -48,7 +48,7 @@ type View = Awaited<ReturnType<typeof startView>>;
 /** Starts `rstar view`, opens its overview in `page`; returns the view once its trajectories are indexed. */
 async function open(page: Page, label: string): Promise<View> {
   let t0 = performance.now();
-  const view = await startView([run]);
+  const view = await startView([run, '--index-cache', join(dir, 'caches')]);
   const start = ms(t0);
   const cpuStart = cpu(view.pid);
   row(`${label}: server start (\`rstar view\` until listening)`, `${start} ms`);

@@ -4,8 +4,9 @@ import { DataError, UsageError } from '../errors.js';
 import { listen, writeReadyFile } from '../process/listening.js';
 import { integer, number, parse, program } from '../program.js';
 import { findTokenizer } from '../view/api.js';
+import { cacheFile, defaultCacheDir, pruneCaches } from '../view/cache.js';
 import { exportRuns } from '../view/export.js';
-import { CACHE_FILE, RunIndex } from '../view/run-index.js';
+import { RunIndex } from '../view/run-index.js';
 import { createViewServer } from '../view/server.js';
 import { TokenTexts } from '../view/tokens.js';
 
@@ -19,21 +20,23 @@ interface Options {
   tokenizer?: string;
   export?: string;
   readyFile?: string;
-  indexCache: boolean;
+  /** A folder, false (--no-index-cache), or undefined: the user's cache folder. */
+  indexCache?: string | false;
 }
 
 /**
  * Opens each RUN folder (its layout and small files); one that is not a folder or holds no records
  * stops the command, named. Trajectories are indexed by `indexRuns`.
  */
-async function openRuns(paths: string[], cache: boolean): Promise<RunIndex[]> {
+async function openRuns(paths: string[], cacheDir: string | undefined): Promise<RunIndex[]> {
   const names = paths.map((p) => basename(resolve(p)));
   const runs: RunIndex[] = [];
   for (const [i, path] of paths.entries()) {
     if (!existsSync(path) || !statSync(path).isDirectory()) throw new DataError(`${path}: not a run folder`);
     // two runs of the same folder name (runs/a/rl, runs/b/rl) are told apart by their paths
     const name = names.filter((n) => n === names[i]).length > 1 ? path : names[i];
-    const ix = new RunIndex(name, resolve(path), { cache });
+    const root = resolve(path);
+    const ix = new RunIndex(name, root, { cacheFile: cacheDir && cacheFile(cacheDir, root) });
     await ix.refresh({ rows: false });
     if (!ix.recognised) {
       throw new DataError(
@@ -45,8 +48,15 @@ async function openRuns(paths: string[], cache: boolean): Promise<RunIndex[]> {
   return runs;
 }
 
-/** Indexes every run's trajectories, logging each run's count, time and unreadable lines. */
-async function indexRuns(runs: RunIndex[], log: (line: string) => void): Promise<void> {
+/**
+ * Indexes every run's trajectories, logging each run's count, time and unreadable lines; then
+ * deletes the index caches unused for 30 days.
+ */
+async function indexRuns(
+  runs: RunIndex[],
+  log: (line: string) => void,
+  cacheDir: string | undefined,
+): Promise<void> {
   for (const ix of runs) {
     const t0 = performance.now();
     await ix.refresh();
@@ -63,6 +73,9 @@ async function indexRuns(runs: RunIndex[], log: (line: string) => void): Promise
       );
     }
   }
+  // caches of runs not opened for a month (deleted or moved, most likely)
+  const pruned = cacheDir ? await pruneCaches(cacheDir) : 0;
+  if (pruned > 0) log(`view: ${pruned} index caches unused for 30 days deleted from ${cacheDir}`);
 }
 
 export async function run(argv: string[]): Promise<void> {
@@ -78,16 +91,18 @@ export async function run(argv: string[]): Promise<void> {
     .option('--tokenizer <dir>', "tokenizer for the log-prob shading (default: the run's sft/ckpt)")
     .option('--export <dir>', 'write a static copy (page + data) that opens from disk, then exit')
     .option('--ready-file <file>', 'write the URL to FILE once listening (for scripts)')
-    .option('--no-index-cache', `neither read nor write the run's index cache (RUN/${CACHE_FILE})`);
+    .option('--index-cache <dir>', "folder of the runs' index caches (default: ~/.cache/rstar/view)")
+    .option('--no-index-cache', 'neither read nor write an index cache');
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<Options>();
   const log = (line: string) => process.stderr.write(`${line}\n`);
   const token = o.viewToken ?? process.env.RSTAR_VIEW_TOKEN;
   if (!LOOPBACK.has(o.host) && !token)
     throw new UsageError(`binding ${o.host} (not loopback) requires --view-token`);
-  const runs = await openRuns(cmd.args, o.indexCache);
+  const cacheDir = o.indexCache === false ? undefined : (o.indexCache ?? defaultCacheDir());
+  const runs = await openRuns(cmd.args, cacheDir);
   if (o.export !== undefined) {
-    await indexRuns(runs, log);
+    await indexRuns(runs, log, cacheDir);
     const n = await exportRuns(runs, o.export);
     log(`view: wrote ${o.export}/index.html (${runs.length} runs, ${n} trajectories)`);
     return;
@@ -113,7 +128,7 @@ export async function run(argv: string[]): Promise<void> {
     // overview has the trajectories' curves. The other trajectories are indexed after, while the
     // page already works, and reach it as a live update.
     view.waitFor(Promise.all(runs.map((ix) => ix.refresh({ rows: 'cached' }))));
-    indexRuns(runs, log).catch((error: Error) => log(`view: indexing failed: ${error.message}`));
+    indexRuns(runs, log, cacheDir).catch((error: Error) => log(`view: indexing failed: ${error.message}`));
     await stopped;
   } finally {
     process.off('SIGTERM', onStop).off('SIGINT', onStop);

@@ -1,5 +1,5 @@
-import { readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
-import { basename, join, relative } from 'node:path';
+import { mkdir, readFile, rename, stat, unlink, utimes, writeFile } from 'node:fs/promises';
+import { basename, dirname, join, relative } from 'node:path';
 import type { z } from 'zod';
 import { CurvePoint } from '../eval/curve.js';
 import { Report } from '../records/eval.js';
@@ -30,8 +30,6 @@ export interface EvalInfo {
 
 const MAX_ISSUES = 200;
 
-/** The index cache, in the run folder: rows of trajectory files unchanged since they were indexed. */
-export const CACHE_FILE = '.rstar-view-index.json';
 /** Bump when a row's fields (row.ts) or what they mean change: an older cache is then ignored. */
 const CACHE_FORMAT = 1;
 /** A live run's cache is written again at most this often (a file of ~4 MB per 25,000 rows). */
@@ -81,6 +79,8 @@ interface CachedFile {
 
 interface Cache {
   format: number;
+  /** The run folder (a file named by a hash of another folder's path is not this run's). */
+  root: string;
   /** The stages' RoC settings the verdicts were decided with (other settings: decided again). */
   stages: string;
   files: CachedFile[];
@@ -122,7 +122,8 @@ export class RunIndex {
   /** Rows or issues were read from a file since the cache was written (what came from it is in it). */
   #cacheDirty = false;
   #cacheSavedAt = 0;
-  readonly #useCache: boolean;
+  /** The index cache's file (cache.ts), or undefined: no cache. */
+  readonly #cacheFile: string | undefined;
 
   /**
    * Awaited before each trajectory file is read: the server pauses the indexing while a page opens
@@ -133,9 +134,9 @@ export class RunIndex {
   constructor(
     readonly name: string,
     readonly root: string,
-    { cache = true }: { cache?: boolean } = {},
+    { cacheFile }: { cacheFile?: string } = {},
   ) {
-    this.#useCache = cache;
+    this.#cacheFile = cacheFile;
   }
 
   /** Rows taken from the index cache (the rest were read from their files). */
@@ -173,7 +174,7 @@ export class RunIndex {
         e.trajectories.map((path) => ({ path, step: null, evalName: e.name })),
       ),
     ];
-    if (this.#useCache && this.#cached === undefined) this.#cached = await this.#readCache();
+    if (this.#cacheFile && this.#cached === undefined) this.#cached = await this.#readCache(this.#cacheFile);
     let reset = false;
     for (const { path, step, evalName } of files) {
       if (!this.#tails.has(path) && (await this.#fromCache(path, step, evalName))) continue;
@@ -207,15 +208,18 @@ export class RunIndex {
   }
 
   /** The cache's files that are unchanged since (same size and mtime), by path. */
-  async #readCache(): Promise<Map<string, CachedFile>> {
+  async #readCache(target: string): Promise<Map<string, CachedFile>> {
     const files = new Map<string, CachedFile>();
     let cache: Cache;
     try {
-      cache = JSON.parse(await readFile(join(this.root, CACHE_FILE), 'utf8')) as Cache;
+      cache = JSON.parse(await readFile(target, 'utf8')) as Cache;
     } catch {
       return files; // no cache yet, or one cut short: index the files
     }
-    if (cache?.format !== CACHE_FORMAT || !Array.isArray(cache.files)) return files;
+    if (cache?.format !== CACHE_FORMAT || cache.root !== this.root || !Array.isArray(cache.files))
+      return files;
+    // used: not pruned (cache.ts)
+    await utimes(target, new Date(), new Date()).catch(() => {});
     this.#cachedVerdicts = cache.stages === JSON.stringify(this.stages);
     await Promise.all(
       cache.files.map(async (f) => {
@@ -284,7 +288,8 @@ export class RunIndex {
    * written to only logs why, once.
    */
   async #saveCache(): Promise<void> {
-    if (!this.#useCache || !this.#cacheDirty) return;
+    const target = this.#cacheFile;
+    if (!target || !this.#cacheDirty) return;
     if (Date.now() - this.#cacheSavedAt < CACHE_EVERY_MS) return;
     this.#cacheDirty = false;
     this.#cacheSavedAt = Date.now();
@@ -314,10 +319,15 @@ export class RunIndex {
         issueCount: this.#fileIssues.get(path)?.count ?? 0,
       });
     });
-    const target = join(this.root, CACHE_FILE);
     const temp = `${target}.${process.pid}.tmp`;
     try {
-      const cache: Cache = { format: CACHE_FORMAT, stages: JSON.stringify(this.stages), files };
+      await mkdir(dirname(target), { recursive: true });
+      const cache: Cache = {
+        format: CACHE_FORMAT,
+        root: this.root,
+        stages: JSON.stringify(this.stages),
+        files,
+      };
       await writeFile(temp, JSON.stringify(cache));
       await rename(temp, target);
     } catch (error) {

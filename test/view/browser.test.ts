@@ -38,6 +38,8 @@ describe('rstar view in chromium', { skip, timeout: 240_000 }, () => {
       '0.2',
       '--tokenizer',
       join(ROOT, 'fixtures', 'tiny'),
+      '--index-cache',
+      join(dir, 'caches'),
     ]);
     browser = await launch();
     ({ page, errors, outside } = await watchedPage(browser));
@@ -207,9 +209,13 @@ describe('rstar view in chromium', { skip, timeout: 240_000 }, () => {
 
   test('the export opens from disk and shows a trajectory', async () => {
     const out = join(dir, 'export');
-    const r = spawnSync(process.execPath, [BIN, 'view', join(dir, 'roc'), '--export', out], {
-      encoding: 'utf8',
-    });
+    const r = spawnSync(
+      process.execPath,
+      [BIN, 'view', join(dir, 'roc'), '--export', out, '--no-index-cache'],
+      {
+        encoding: 'utf8',
+      },
+    );
     assert.equal(r.status, 0, r.stderr);
     await page.goto(`file://${out}/index.html`);
     await ready('overview');
