@@ -7,7 +7,6 @@
  * is guessed and nothing is polled. A child that dies or hangs before that line fails with the tail
  * of its output, which is where its own error is.
  */
-import { renameSync, writeFileSync } from 'node:fs';
 import { execa } from 'execa';
 
 /** The line the rstar servers print once they accept connections; group 1 is the URL. */
@@ -163,16 +162,4 @@ export async function startServer(spec: ServerCommand): Promise<ChildServer & { 
   return { ...server, url: await server.ready };
 }
 
-/**
- * `--ready-file FILE`: the URL and a newline, written once the server listens, renamed into place
- * so a script waiting for FILE never reads half of it.
- */
-export function writeReadyFile(file: string, url: string): void {
-  const partial = `${file}.${process.pid}.partial`;
-  try {
-    writeFileSync(partial, `${url}\n`);
-    renameSync(partial, file);
-  } catch (error) {
-    throw new Error(`--ready-file ${file}: ${(error as NodeJS.ErrnoException).code ?? String(error)}`);
-  }
-}
+export { writeReadyFile } from './listening.js';

@@ -1,5 +1,4 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { z } from 'zod';
 import { BatchSubmission, SessionRequest, Submission, type SubmissionResult } from '../records/sandbox.js';
 import { decodeFiles, type Runner, SessionNotFound, TooManySessions } from './pool.js';
@@ -259,9 +258,4 @@ export function createSandboxServer(options: ServerOptions): Server {
   return server;
 }
 
-export function listen(server: Server, host: string, port: number): Promise<AddressInfo> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => resolve(server.address() as AddressInfo));
-  });
-}
+export { listen } from '../process/listening.js';

@@ -191,6 +191,8 @@ export function overviewPayload(ix: RunIndex) {
     name: ix.name,
     version: ix.version,
     generation: ix.generation,
+    /** False while the trajectories are indexed: their per-step means are not all known yet. */
+    indexed: ix.indexed,
     steps: [...points.values()].sort((a, b) => a.step - b.step),
     heldout: heldout.sort((a, b) => a.step - b.step),
     stages,

@@ -17,13 +17,13 @@ export const PAGE_MODULES = ['dom.js', 'highlight.js', 'charts.js', 'app.js'] as
 const require = createRequire(import.meta.url);
 
 /**
- * The charting libraries' browser builds, from this install's node_modules (never a CDN: the page
- * works offline). Their packages export no path to the builds, so each is found beside a file they do export.
+ * The charting library's browser build, from this install's node_modules (never a CDN: the page
+ * works offline). Its package exports no path to the build, so it is found beside a file it does
+ * export. Only vega: the page's charts are vega specs (page/charts.js), no vega-lite compiler.
  */
 export function vendorFiles(): Record<string, string> {
   return {
     'vega.min.js': join(dirname(require.resolve('vega/vega-schema.json')), 'vega.min.js'),
-    'vega-lite.min.js': join(dirname(require.resolve('vega-lite/vega-lite-schema.json')), 'vega-lite.min.js'),
   };
 }
 

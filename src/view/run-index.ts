@@ -1,5 +1,5 @@
-import { readFile, stat } from 'node:fs/promises';
-import { basename, relative } from 'node:path';
+import { mkdir, readFile, rename, stat, unlink, utimes, writeFile } from 'node:fs/promises';
+import { basename, dirname, join, relative } from 'node:path';
 import type { z } from 'zod';
 import { CurvePoint } from '../eval/curve.js';
 import { Report } from '../records/eval.js';
@@ -7,7 +7,7 @@ import { EndBatch, Step } from '../records/step.js';
 import { type EvalDir, emptyLayout, hasRecords, type RunLayout, readManifest, scanLayout } from './layout.js';
 import { familyOf, type ProblemInfo, readProblems } from './problems.js';
 import { type RocSettings, rocSettings, rocVerdict } from './roc.js';
-import { type Row, summarize } from './row.js';
+import { type Row, type RowFields, summarize } from './row.js';
 import { FileTail, type TailLine } from './tail.js';
 
 /** A line the index could not read: reported in the page and the log, never a crash. */
@@ -29,6 +29,62 @@ export interface EvalInfo {
 }
 
 const MAX_ISSUES = 200;
+
+/** Bump when a row's fields (row.ts) or what they mean change: an older cache is then ignored. */
+const CACHE_FORMAT = 1;
+/** A live run's cache is written again at most this often (a file of ~4 MB per 25,000 rows). */
+const CACHE_EVERY_MS = 30_000;
+
+/** A row's cached fields: one array per field and file (columns parse 2-3x faster than a row each). */
+const COLUMNS = [
+  'offset',
+  'length',
+  'line',
+  'id',
+  'problem_id',
+  'sample',
+  'step',
+  'reward',
+  'finish',
+  'turns',
+  'tool_calls',
+  'tool_errors',
+  'answer_tags',
+  'answer',
+  'tokens',
+  'model_tokens',
+  'policy_version',
+  'turn_versions',
+  'penalty_tool',
+  'penalty_format',
+  'penalty_total',
+  'roc',
+  'roc_outcome',
+] as const;
+type Column = (typeof COLUMNS)[number];
+
+interface CachedFile {
+  /** Relative to the run folder. */
+  path: string;
+  size: number;
+  mtimeMs: number;
+  /** Bytes and lines indexed (a last line without its newline is not). */
+  offset: number;
+  lines: number;
+  columns: Record<Column, unknown[]>;
+  /** Unreadable lines: the first MAX_ISSUES as [line, message], and how many there were. */
+  issues: [number, string][];
+  issueCount: number;
+}
+
+interface Cache {
+  format: number;
+  /** The run folder (a file named by a hash of another folder's path is not this run's). */
+  root: string;
+  /** The stages' RoC settings the verdicts were decided with (other settings: decided again). */
+  stages: string;
+  files: CachedFile[];
+}
 
 /**
  * Everything the viewer knows of one run folder, kept current by `refresh()`: the folder is walked
@@ -57,11 +113,34 @@ export class RunIndex {
   #sizes = new Map<string, number>();
   #groups = new Map<string, number[]>();
   #running: Promise<boolean> | undefined;
+  /** Unreadable lines of each trajectory file (for the cache). */
+  #fileIssues = new Map<string, { list: [number, string][]; count: number }>();
+  /** The cache read from the run folder, by path, until each file is indexed (undefined: not read yet). */
+  #cached: Map<string, CachedFile> | undefined;
+  /** The cache's RoC verdicts hold (decided under the stage settings read now). */
+  #cachedVerdicts = false;
+  /** Rows or issues were read from a file since the cache was written (what came from it is in it). */
+  #cacheDirty = false;
+  #cacheSavedAt = 0;
+  /** The index cache's file (cache.ts), or undefined: no cache. */
+  readonly #cacheFile: string | undefined;
+
+  /**
+   * Awaited before each trajectory file is read: the server pauses the indexing while a page opens
+   * (both want the same two cores, and the page is what someone is waiting for).
+   */
+  pace: () => Promise<void> = () => Promise.resolve();
 
   constructor(
     readonly name: string,
     readonly root: string,
-  ) {}
+    { cacheFile }: { cacheFile?: string } = {},
+  ) {
+    this.#cacheFile = cacheFile;
+  }
+
+  /** Rows taken from the index cache (the rest were read from their files). */
+  cachedRows = 0;
 
   /** True once every trajectory file present was indexed (a first open indexes them after listening). */
   indexed = false;
@@ -69,9 +148,11 @@ export class RunIndex {
   /**
    * Reads what changed since the last call; true when anything did. Calls never overlap. With
    * `rows: false` only the layout and the small files (steps, curves, reports) are read: enough for
-   * the overview, so a server can listen before the trajectories are indexed.
+   * the overview, so a server can listen before the trajectories are indexed. With `rows: 'cached'`
+   * the trajectory files the index cache holds unchanged are taken from it (in order, up to the
+   * first it does not hold), none is read.
    */
-  refresh({ rows = true } = {}): Promise<boolean> {
+  refresh({ rows = true }: { rows?: boolean | 'cached' } = {}): Promise<boolean> {
     const run = (this.#running ?? Promise.resolve(false)).then(() => this.#refresh(rows));
     this.#running = run.catch(() => false);
     return run;
@@ -82,34 +163,181 @@ export class RunIndex {
     return hasRecords(this.layout);
   }
 
-  async #refresh(rows: boolean): Promise<boolean> {
+  async #refresh(rows: boolean | 'cached'): Promise<boolean> {
     const before = this.version;
     this.layout = await scanLayout(this.root);
     await this.#readSmall();
     if (!rows) return this.version !== before;
+    const files: { path: string; step: number | null; evalName: string | null }[] = [
+      ...this.layout.trajectories.map(({ path, step }) => ({ path, step, evalName: null })),
+      ...this.layout.evals.flatMap((e) =>
+        e.trajectories.map((path) => ({ path, step: null, evalName: e.name })),
+      ),
+    ];
+    if (this.#cacheFile && this.#cached === undefined) this.#cached = await this.#readCache(this.#cacheFile);
     let reset = false;
-    for (const { path, step } of this.layout.trajectories) {
-      reset = (await this.#tailRows(path, step, null)) || reset;
-    }
-    for (const e of this.layout.evals) {
-      for (const path of e.trajectories) reset = (await this.#tailRows(path, null, e.name)) || reset;
+    for (const { path, step, evalName } of files) {
+      if (!this.#tails.has(path) && (await this.#fromCache(path, step, evalName))) continue;
+      if (rows === 'cached') return this.version !== before;
+      if (!this.#tails.has(path)) await this.pace();
+      reset = (await this.#tailRows(path, step, evalName)) || reset;
     }
     if (reset) {
       // A trajectories file was rewritten: rows after it would point at bytes that moved.
       this.rows = [];
       this.files = [];
       this.#groups.clear();
-      for (const path of [...this.#tails.keys()]) if (this.#isRowFile(path)) this.#tails.delete(path);
+      for (const path of [...this.#tails.keys()]) {
+        if (this.#isRowFile(path)) {
+          this.#tails.delete(path);
+          this.#fileIssues.delete(path);
+        }
+      }
       this.generation += 1;
       this.version += 1;
+      this.#cacheDirty = true;
       return this.#refresh(true).then(() => true);
     }
     if (!this.indexed) {
       this.indexed = true;
       this.version += 1;
     }
+    this.#cached = new Map();
+    await this.#saveCache();
     return this.version !== before;
   }
+
+  /** The cache's files that are unchanged since (same size and mtime), by path. */
+  async #readCache(target: string): Promise<Map<string, CachedFile>> {
+    const files = new Map<string, CachedFile>();
+    let cache: Cache;
+    try {
+      cache = JSON.parse(await readFile(target, 'utf8')) as Cache;
+    } catch {
+      return files; // no cache yet, or one cut short: index the files
+    }
+    if (cache?.format !== CACHE_FORMAT || cache.root !== this.root || !Array.isArray(cache.files))
+      return files;
+    // used: not pruned (cache.ts)
+    await utimes(target, new Date(), new Date()).catch(() => {});
+    this.#cachedVerdicts = cache.stages === JSON.stringify(this.stages);
+    await Promise.all(
+      cache.files.map(async (f) => {
+        const path = join(this.root, f.path);
+        const info = await stat(path).catch(() => undefined);
+        if (info && info.size === f.size && info.mtimeMs === f.mtimeMs) files.set(path, f);
+      }),
+    );
+    return files;
+  }
+
+  /** Takes a file's rows from the cache when it holds the file unchanged. */
+  async #fromCache(path: string, step: number | null, evalName: string | null): Promise<boolean> {
+    const hit = this.#cached?.get(path);
+    if (!hit) return false;
+    this.#cached?.delete(path);
+    const tail = new FileTail(path);
+    tail.resume(hit.offset, hit.lines, hit.size, hit.mtimeMs);
+    this.#tails.set(path, tail);
+    const file = this.#fileOf(path);
+    const c = hit.columns as Record<Column, never[]>;
+    for (let i = 0; i < c.offset.length; i++) {
+      const fields: RowFields = {
+        id: c.id[i],
+        problem_id: c.problem_id[i],
+        sample: c.sample[i],
+        step: c.step[i],
+        reward: c.reward[i],
+        finish: c.finish[i],
+        turns: c.turns[i],
+        tool_calls: c.tool_calls[i],
+        tool_errors: c.tool_errors[i],
+        answer_tags: c.answer_tags[i],
+        answer: c.answer[i],
+        tokens: c.tokens[i],
+        model_tokens: c.model_tokens[i],
+        policy_version: c.policy_version[i],
+        turn_versions: c.turn_versions[i],
+        penalty: { tool_error: c.penalty_tool[i], format: c.penalty_format[i], total: c.penalty_total[i] },
+      };
+      // a complete group's verdict comes with it (deciding 3,000 groups again was half the load time)
+      const verdict =
+        this.#cachedVerdicts && c.roc[i] !== null ? { roc: c.roc[i], outcome: c.roc_outcome[i] } : null;
+      this.#addRow(
+        fields,
+        file,
+        { offset: c.offset[i], length: c.length[i], line: c.line[i] },
+        step,
+        evalName,
+        verdict,
+      );
+    }
+    this.cachedRows += c.offset.length;
+    this.#fileIssues.set(path, { list: hit.issues, count: hit.issueCount });
+    for (const [line, message] of hit.issues) this.#issue(this.#where(path, line), message);
+    this.issueCount += hit.issueCount - hit.issues.length;
+    this.version += 1;
+    // a server reads the cache while the page loads: its scripts are answered between two files
+    await new Promise((next) => setImmediate(next));
+    return true;
+  }
+
+  /**
+   * Writes the cache when rows changed: after the first indexing, then at most every 30 s. Written
+   * whole to a temporary name and renamed (a reader never sees half of it); a folder that cannot be
+   * written to only logs why, once.
+   */
+  async #saveCache(): Promise<void> {
+    const target = this.#cacheFile;
+    if (!target || !this.#cacheDirty) return;
+    if (Date.now() - this.#cacheSavedAt < CACHE_EVERY_MS) return;
+    this.#cacheDirty = false;
+    this.#cacheSavedAt = Date.now();
+    const byFile = this.files.map(
+      () => Object.fromEntries(COLUMNS.map((k) => [k, []])) as unknown as Record<Column, unknown[]>,
+    );
+    for (const r of this.rows) {
+      const c = byFile[r.file];
+      for (const k of COLUMNS) {
+        if (k === 'penalty_tool') c[k].push(r.penalty.tool_error);
+        else if (k === 'penalty_format') c[k].push(r.penalty.format);
+        else if (k === 'penalty_total') c[k].push(r.penalty.total);
+        else c[k].push(r[k]);
+      }
+    }
+    const files: CachedFile[] = [];
+    this.files.forEach((path, i) => {
+      const tail = this.#tails.get(path);
+      if (!tail || tail.seen.size < 0) return;
+      files.push({
+        path: relative(this.root, path),
+        ...tail.seen,
+        offset: tail.offset,
+        lines: tail.line,
+        columns: byFile[i],
+        issues: this.#fileIssues.get(path)?.list ?? [],
+        issueCount: this.#fileIssues.get(path)?.count ?? 0,
+      });
+    });
+    const temp = `${target}.${process.pid}.tmp`;
+    try {
+      await mkdir(dirname(target), { recursive: true });
+      const cache: Cache = {
+        format: CACHE_FORMAT,
+        root: this.root,
+        stages: JSON.stringify(this.stages),
+        files,
+      };
+      await writeFile(temp, JSON.stringify(cache));
+      await rename(temp, target);
+    } catch (error) {
+      await unlink(temp).catch(() => {});
+      if (!this.cacheError) this.cacheError = `${target}: ${(error as Error).message}`;
+    }
+  }
+
+  /** Why the index cache could not be written (logged by the command), if it could not. */
+  cacheError: string | undefined;
 
   #isRowFile(path: string): boolean {
     return (
@@ -229,6 +457,56 @@ export class RunIndex {
     return reset;
   }
 
+  #fileOf(path: string): number {
+    let file = this.files.indexOf(path);
+    if (file === -1) {
+      file = this.files.length;
+      this.files.push(path);
+    }
+    return file;
+  }
+
+  #addRow(
+    fields: RowFields,
+    file: number,
+    at: { offset: number; length: number; line: number },
+    step: number | null,
+    evalName: string | null,
+    verdict: { roc: IndexedRow['roc']; outcome: string | null } | null = null,
+  ): void {
+    const problem = this.problems.get(fields.problem_id);
+    // every field named (a spread made a slower object shape, and cached rows pass through here)
+    const row: IndexedRow = {
+      id: fields.id,
+      problem_id: fields.problem_id,
+      sample: fields.sample,
+      reward: fields.reward,
+      finish: fields.finish,
+      turns: fields.turns,
+      tool_calls: fields.tool_calls,
+      tool_errors: fields.tool_errors,
+      answer_tags: fields.answer_tags,
+      answer: fields.answer,
+      tokens: fields.tokens,
+      model_tokens: fields.model_tokens,
+      policy_version: fields.policy_version,
+      turn_versions: fields.turn_versions,
+      penalty: fields.penalty,
+      step: fields.step ?? step,
+      n: this.rows.length,
+      file,
+      offset: at.offset,
+      length: at.length,
+      line: at.line,
+      eval: evalName,
+      roc: verdict?.roc ?? null,
+      roc_outcome: verdict?.outcome ?? null,
+      family: problem?.family ?? familyOf(fields.problem_id),
+    };
+    this.rows.push(row);
+    if (evalName === null && row.step !== null && !verdict) this.#group(row);
+  }
+
   async #tailRows(path: string, step: number | null, evalName: string | null): Promise<boolean> {
     let file = this.files.indexOf(path);
     const tail = this.#tails.get(path);
@@ -242,33 +520,28 @@ export class RunIndex {
         if (l.bytes.length === 0 || (l.bytes.length < 4 && l.bytes.toString().trim() === '')) return;
         // rollout's end_batch lines are not trajectories (a file of the whole stream holds them)
         if (l.bytes.length < 4096 && l.bytes.includes('"end_batch"')) return;
-        let fields: ReturnType<typeof summarize>;
+        let fields: RowFields;
         try {
           fields = summarize(l.bytes);
         } catch (error) {
-          this.#issue(this.#where(path, l.line), (error as Error).message);
+          const message = (error as Error).message;
+          this.#issue(this.#where(path, l.line), message);
+          const issues = this.#fileIssues.get(path) ?? { list: [], count: 0 };
+          if (issues.list.length < MAX_ISSUES) issues.list.push([l.line, message]);
+          issues.count += 1;
+          this.#fileIssues.set(path, issues);
+          this.#cacheDirty = true;
           return;
         }
-        if (file === -1) {
-          file = this.files.length;
-          this.files.push(path);
-        }
-        const problem = this.problems.get(fields.problem_id);
-        const row: IndexedRow = {
-          ...fields,
-          step: fields.step ?? step,
-          n: this.rows.length,
+        this.#cacheDirty = true;
+        if (file === -1) file = this.#fileOf(path);
+        this.#addRow(
+          fields,
           file,
-          offset: l.offset,
-          length: l.bytes.length,
-          line: l.line,
-          eval: evalName,
-          roc: null,
-          roc_outcome: null,
-          family: problem?.family ?? familyOf(fields.problem_id),
-        };
-        this.rows.push(row);
-        if (evalName === null && row.step !== null) this.#group(row);
+          { offset: l.offset, length: l.bytes.length, line: l.line },
+          step,
+          evalName,
+        );
       },
       () => {},
     );

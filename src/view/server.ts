@@ -27,6 +27,9 @@ export const CSP =
 
 const LOCAL_HOSTS = /^(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/;
 
+/** The longest a page load pauses the background indexing (a page that never opens its event stream). */
+export const PAGE_PAUSE_MS = 3000;
+
 function same(a: string, b: string): boolean {
   const x = Buffer.from(a);
   const y = Buffer.from(b);
@@ -44,6 +47,8 @@ function json(res: ServerResponse, status: number, body: unknown): void {
 
 export interface ViewServer {
   server: Server;
+  /** API answers wait for `work` (the index cache being read) before reading the runs. */
+  waitFor(work: Promise<unknown>): void;
   /** Stops polling, ends the event streams and closes the server. */
   close(): Promise<void>;
 }
@@ -53,6 +58,31 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
   const clients = new Set<ServerResponse>();
   const vendor = vendorFiles();
   const page = new Set<string>(PAGE_FILES);
+
+  // A page being opened and the background indexing want the same cores, and someone is waiting
+  // for the page: its request pauses the indexing (between two files) until the page opens its
+  // event stream, which it does once its first view is drawn (page/app.js), or PAGE_PAUSE_MS.
+  let pausedUntil = 0;
+  const waking = new Set<() => void>();
+  const resume = () => {
+    pausedUntil = 0;
+    for (const wake of [...waking]) wake();
+  };
+  const idle = async (): Promise<void> => {
+    for (let wait = pausedUntil - Date.now(); wait > 0; wait = pausedUntil - Date.now()) {
+      await new Promise<void>((wake) => {
+        const done = () => {
+          clearTimeout(timer);
+          waking.delete(done);
+          wake();
+        };
+        const timer = setTimeout(done, wait);
+        waking.add(done);
+      });
+    }
+  };
+  for (const ix of runs) ix.pace = idle;
+  let held: Promise<unknown> = Promise.resolve();
 
   // Live: each poll reads only what the runs appended; a change is pushed to every open page.
   let polling: Promise<void> = Promise.resolve();
@@ -99,6 +129,7 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
     if (req.method !== 'GET' && req.method !== 'HEAD') return json(res, 405, { error: 'GET only' });
     const path = url.pathname;
     if (path === '/' || path === '/index.html') {
+      pausedUntil = Date.now() + PAGE_PAUSE_MS;
       const headers: Record<string, string> = {
         'content-type': CONTENT_TYPES['.html'],
         'content-security-policy': CSP,
@@ -115,6 +146,7 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
     if (asset !== undefined && page.has(asset)) return file(res, join(PAGE_DIR, asset));
     const lib = /^\/vendor\/([\w.-]+)$/.exec(path)?.[1];
     if (lib !== undefined && Object.hasOwn(vendor, lib)) return file(res, vendor[lib]);
+    if (path.startsWith('/api/') && path !== '/api/events') await held;
     if (path === '/api/runs') return json(res, 200, runsPayload(runs));
     if (path === '/api/events') return events(req, res);
     const m = /^\/api\/run\/(\d+)\/(overview|rows|evals|trajectory\/(\d+))$/.exec(path);
@@ -148,6 +180,7 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
     });
     res.write(': connected\n\n');
     clients.add(res);
+    resume();
     req.on('close', () => clients.delete(res));
   };
 
@@ -161,9 +194,13 @@ export function createViewServer(options: ViewServerOptions): ViewServer {
 
   return {
     server,
+    waitFor(work) {
+      held = work.catch(() => {});
+    },
     async close() {
       clearInterval(poll);
       clearInterval(keepAlive);
+      resume();
       for (const c of clients) c.end();
       clients.clear();
       await polling;

@@ -19,11 +19,33 @@ export class FileTail {
   #offset = 0;
   #line = 0;
   #size = -1;
+  #mtimeMs = -1;
   constructor(readonly path: string) {}
 
   /** Bytes parsed so far. */
   get offset(): number {
     return this.#offset;
+  }
+
+  /** Lines handed over so far. */
+  get line(): number {
+    return this.#line;
+  }
+
+  /** The file's size and mtime when it was last read (-1 before): what the bytes parsed came from. */
+  get seen(): { size: number; mtimeMs: number } {
+    return { size: this.#size, mtimeMs: this.#mtimeMs };
+  }
+
+  /**
+   * Continues where an earlier tail of the same file stopped (the viewer's index cache): the bytes
+   * before `offset` count as read, and a file still of `size` bytes is not read again.
+   */
+  resume(offset: number, line: number, size: number, mtimeMs: number): void {
+    this.#offset = offset;
+    this.#line = line;
+    this.#size = size;
+    this.#mtimeMs = mtimeMs;
   }
 
   async read(each: (line: TailLine) => void): Promise<{ reset: boolean; lines: number }> {
@@ -37,6 +59,7 @@ export class FileTail {
     }
     if (info.size === this.#size && !reset) return { reset, lines: 0 };
     this.#size = info.size;
+    this.#mtimeMs = info.mtimeMs;
     let lines = 0;
     const fh = await open(this.path, 'r');
     try {

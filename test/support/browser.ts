@@ -27,6 +27,10 @@ export function launch(): Promise<Browser> {
       '--disable-component-update',
       '--disable-sync',
       '--no-first-run',
+      // Chromium 156's headless mode loads the omnibox popup's WebUI in a renderer of its own at
+      // launch; on a 2-core machine that competes with the page under test for a second or so (a
+      // user's browser loaded it long before opening the viewer).
+      '--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup',
     ],
   });
 }

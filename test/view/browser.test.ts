@@ -1,16 +1,17 @@
-// Catches: a page that renders no curve from a real run layout; step -> trajectories -> turns links
-// that lead nowhere; a live run whose new step never reaches an open page; model, tool or problem
-// text interpreted as HTML or script; an export that does not open from disk; console errors;
-// anything fetched from outside (a CDN).
+// Catches: a page that renders no curve from a real run layout; charts below the window or waiting
+// for the trajectories' index that are never drawn; step -> trajectories -> turns links that lead
+// nowhere; a trajectory's tokens not shaded by their own log-probs; a live run whose new step never
+// reaches an open page; model, tool or problem text interpreted as HTML or script; an export that
+// does not open from disk; console errors; anything fetched from outside (a CDN).
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { browserMissing, launch, startView, watchedPage } from '../support/browser.js';
-import { BIN } from '../support/helpers.js';
+import { BIN, ROOT } from '../support/helpers.js';
 import { appendStep, type RunSpec, writeRun, XSS } from '../support/view-run.js';
 
 const SPEC: RunSpec = { steps: 4, problems: 4, n: 8, keep: 4, stageStarts: [3], xss: true };
@@ -29,7 +30,17 @@ describe('rstar view in chromium', { skip, timeout: 240_000 }, () => {
     dir = mkdtempSync(join(tmpdir(), 'rstar-view-'));
     writeRun(join(dir, 'roc'), SPEC);
     writeRun(join(dir, 'grpo'), OTHER, { evals: false });
-    view = await startView([join(dir, 'roc'), join(dir, 'grpo'), '--poll', '0.2']);
+    // fixtures/tiny: the project's tokenizer (the runs' response ids are within its 4,096)
+    view = await startView([
+      join(dir, 'roc'),
+      join(dir, 'grpo'),
+      '--poll',
+      '0.2',
+      '--tokenizer',
+      join(ROOT, 'fixtures', 'tiny'),
+      '--index-cache',
+      join(dir, 'caches'),
+    ]);
     browser = await launch();
     ({ page, errors, outside } = await watchedPage(browser));
   });
@@ -73,6 +84,11 @@ describe('rstar view in chromium', { skip, timeout: 240_000 }, () => {
     const legend = await page.$eval('.chart[data-chart="reward"]', (el) => el.textContent ?? '');
     assert.match(legend, /roc: train reward/);
     assert.match(legend, /grpo: train reward/);
+    // the charts below the window are drawn after, and the trajectories' means once indexed
+    await page.waitForSelector('.charts[data-drawn="all"] .chart[data-chart="time-0"][data-points]', {
+      timeout: 20_000,
+    });
+    await page.waitForSelector('.chart[data-chart="length"][data-points] svg', { timeout: 20_000 });
   });
 
   test('a click on a step lists its trajectories, a click on one shows its turns', async () => {
@@ -96,6 +112,42 @@ describe('rstar view in chromium', { skip, timeout: 240_000 }, () => {
     assert.ok((await page.$$('.turn.tool')).length >= 1);
     assert.ok((await page.$$('pre.code span.kw')).length >= 1, 'highlighted code');
     assert.match((await page.textContent('table.facts')) ?? '', /reference/);
+  });
+
+  test('the shading toggle shades every response token by its own log-prob', async () => {
+    // n=0 is the first line of step 1's file; its log-probs and mask from the file itself
+    const line = readFileSync(join(dir, 'roc', 'rl', 'trajectories', 'step-1.jsonl'), 'utf8').split('\n')[0];
+    const record = JSON.parse(line) as { response_ids: number[]; logprobs: number[]; loss_mask: number[] };
+    await page.goto(`${view.url}#/trajectory?run=0&n=0`);
+    await ready('trajectory');
+    assert.equal((await page.$$('pre.tokens span')).length, 0, 'no shading before the toggle');
+    await page.click('text=shade tokens by log-prob');
+    await page.waitForSelector('main[data-ready="trajectory"] pre.tokens span', { timeout: 30_000 });
+    // (a string: the tests compile without the DOM's types)
+    const spans = (await page.evaluate(`[...document.querySelectorAll('pre.tokens span')].map((s) => ({
+      text: s.textContent, title: s.title, background: getComputedStyle(s).backgroundColor,
+    }))`)) as { text: string; title: string; background: string }[];
+    assert.equal(spans.length, record.response_ids.length, 'one span per response token');
+    assert.ok(spans.every((s) => s.text.length > 0));
+    const alpha = (background: string) => Number(/rgba\(220, 40, 40, ([\d.]+)\)/.exec(background)?.[1] ?? 0);
+    spans.forEach((s, i) => {
+      if (record.loss_mask[i] === 0) {
+        assert.equal(s.title, 'tool output', `token ${i}`);
+        return;
+      }
+      assert.equal(s.title, `log-prob ${record.logprobs[i].toFixed(3)}`, `token ${i}`);
+      // red in proportion to how unlikely the token was: 1 - p
+      assert.ok(Math.abs(alpha(s.background) - (1 - Math.exp(record.logprobs[i]))) < 0.01, `token ${i}`);
+    });
+    const model = record.logprobs.map((lp, i) => ({ lp, i })).filter(({ i }) => record.loss_mask[i] === 1);
+    const likely = model.reduce((a, b) => (b.lp > a.lp ? b : a));
+    const unlikely = model.reduce((a, b) => (b.lp < a.lp ? b : a));
+    assert.ok(likely.lp > -0.5 && unlikely.lp < -2, `log-probs ${likely.lp} .. ${unlikely.lp}`);
+    assert.notEqual(spans[likely.i].background, spans[unlikely.i].background);
+    assert.ok(alpha(spans[unlikely.i].background) > alpha(spans[likely.i].background) + 0.5);
+    // and the toggle hides it again
+    await page.click('text=hide token log-probs');
+    await page.waitForFunction('!document.querySelector("pre.tokens")', undefined, { timeout: 30_000 });
   });
 
   test('filters narrow the list: RoC dropped trajectories of step 1', async () => {
@@ -157,9 +209,13 @@ describe('rstar view in chromium', { skip, timeout: 240_000 }, () => {
 
   test('the export opens from disk and shows a trajectory', async () => {
     const out = join(dir, 'export');
-    const r = spawnSync(process.execPath, [BIN, 'view', join(dir, 'roc'), '--export', out], {
-      encoding: 'utf8',
-    });
+    const r = spawnSync(
+      process.execPath,
+      [BIN, 'view', join(dir, 'roc'), '--export', out, '--no-index-cache'],
+      {
+        encoding: 'utf8',
+      },
+    );
     assert.equal(r.status, 0, r.stderr);
     await page.goto(`file://${out}/index.html`);
     await ready('overview');

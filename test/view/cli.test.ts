@@ -43,7 +43,7 @@ test('a RUN that is not a run folder fails, named, exit 1', async () => {
 
 test('with --view-token every route wants the token; without, only loopback hosts are answered', async () => {
   writeRun(join(dir, 'run'), { steps: 2, problems: 2, n: 4, keep: 2 }, { evals: false });
-  const locked = await startView([join(dir, 'run'), '--view-token', 's3cret']);
+  const locked = await startView([join(dir, 'run'), '--view-token', 's3cret', '--no-index-cache']);
   try {
     const base = locked.url.replace(/\?.*$/, '');
     assert.match(locked.url, /\?token=s3cret$/);
@@ -57,7 +57,7 @@ test('with --view-token every route wants the token; without, only loopback host
   } finally {
     await locked.stop();
   }
-  const open = await startView([join(dir, 'run')]);
+  const open = await startView([join(dir, 'run'), '--no-index-cache']);
   try {
     assert.equal((await get(`${open.url}api/runs`)).status, 200);
     assert.equal((await get(`${open.url}api/runs`, { host: 'attacker.example:80' })).status, 403);

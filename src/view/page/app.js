@@ -2,7 +2,7 @@
 // trajectory page, routed by the URL's #fragment. Data comes from the server's /api routes, or from
 // the data/ scripts of an export (opened from disk, where fetch() cannot read files). Everything
 // from a run is put in the page as text (dom.js).
-import { overviewSpecs, render } from './charts.js';
+import { drawCharts, overviewSpecs } from './charts.js';
 import { fill, fmt, h, markdown, table } from './dom.js';
 import { highlight } from './highlight.js';
 
@@ -198,7 +198,16 @@ async function showOverview(q) {
       : null;
   const specs = overviewSpecs(sets);
   const grid = h('div', { class: 'charts' });
-  const cells = specs.map((s) => h('div', { class: 'chart', 'data-chart': s.id }));
+  const cells = specs.map((s) =>
+    s.pending
+      ? h(
+          'div',
+          { class: 'chart pending', 'data-chart': s.id },
+          h('strong', {}, s.title),
+          h('p', {}, 'waiting for the trajectories to be indexed…'),
+        )
+      : h('div', { class: 'chart', 'data-chart': s.id }),
+  );
   grid.append(...cells);
   const summary = sets.map((s) => {
     const st = s.overview.steps;
@@ -225,10 +234,8 @@ async function showOverview(q) {
     summary,
     specs.length === 0 ? h('p', {}, 'No steps yet.') : grid,
   );
-  view.ready = Promise.resolve().then(async () => {
-    await new Promise((r) => requestAnimationFrame(r));
-    await Promise.all(specs.map((s, i) => render(cells[i], s.spec, s.count)));
-  });
+  // ready once the charts in the window are drawn; the others are drawn after (charts.js)
+  view.ready = drawCharts(grid, cells, specs);
   return view;
 }
 
@@ -685,16 +692,21 @@ async function changed(runs) {
   if (page !== 'trajectory' && page !== 'group') await show();
 }
 
+// The event stream opens once the first view is drawn: the server pauses its background indexing
+// from the page's request until then (server.ts), so the two do not share the cores.
 function follow() {
   if (window.RSTAR_STATIC || !window.EventSource) return;
   const events = new EventSource('api/events');
   events.addEventListener('update', (e) => changed([JSON.parse(e.data).run]));
   // An update sent before the stream opened (while the first view rendered) is not lost: on (re)open
   // the page compares the runs' versions with those it showed.
+  // A run still being indexed for the first time is left alone: its versions move with every file,
+  // and the server sends one update when the indexing ends (drawing the overview again meanwhile
+  // would only take the cores from the indexing).
   events.addEventListener('open', async () => {
     const shown = new Map(state.runs.map((r) => [r.index, r.version]));
     const now = await api('runs');
-    const moved = now.filter((r) => shown.get(r.index) !== r.version).map((r) => r.index);
+    const moved = now.filter((r) => r.indexed && shown.get(r.index) !== r.version).map((r) => r.index);
     if (moved.length > 0) await changed(moved);
   });
 }
