@@ -10,6 +10,7 @@
  *
  *   npm run bench:view                      # figures only
  *   npm run bench:view -- --screenshots docs   # also docs/view-overview.png, view-steps.png, view-trajectory.png
+ *   npm run bench:view -- --run runs/demo      # a real run folder instead of the generated one
  */
 import { execSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -29,8 +30,10 @@ if (missing) {
 const ms = (t0: number) => Math.round(performance.now() - t0);
 const load = () => loadavg()[0].toFixed(1);
 const dir = mkdtempSync(join(tmpdir(), 'rstar-view-bench-'));
-const run = join(dir, 'demo');
-const total = 110 * 28 * 8;
+const given = args.includes('--run') ? args[args.indexOf('--run') + 1] : undefined;
+const run = given ?? join(dir, 'demo');
+/** Trajectories in the run: the generated run's, else what the first open indexed. */
+let total = 110 * 28 * 8;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** CPU seconds (user + system) a process has used so far, from /proc. */
@@ -65,6 +68,7 @@ async function open(page: Page, label: string): Promise<View> {
   const line = /(\d+) trajectories(?: \((\d+) from the index cache\))?, \d+ evaluations, indexed in (\d+) ms/;
   while (!line.test(view.output())) await new Promise((r) => setTimeout(r, 100));
   const m = line.exec(view.output());
+  total = Number(m?.[1]);
   row(
     `${label}: trajectories indexed (${m?.[1]}, ${m?.[2] ?? 0} from the cache; after listening)`,
     `${m?.[3]} ms`,
@@ -78,9 +82,20 @@ async function open(page: Page, label: string): Promise<View> {
 
 try {
   let t0 = performance.now();
-  writeRun(run, { steps: 110, problems: 28, n: 8, keep: 4, stageStarts: [45, 89], tokens: 384, xss: false });
+  if (!given)
+    writeRun(run, {
+      steps: 110,
+      problems: 28,
+      n: 8,
+      keep: 4,
+      stageStarts: [45, 89],
+      tokens: 384,
+      xss: false,
+    });
   const size = execSync(`du -sm ${run}`, { encoding: 'utf8' }).split('\t')[0];
-  process.stderr.write(`bench view: generated ${run} (${size} MB) in ${ms(t0)} ms\n`);
+  process.stderr.write(
+    `bench view: ${given ? 'opening' : 'generated'} ${run} (${size} MB) in ${ms(t0)} ms\n`,
+  );
 
   const browser = await launch();
   let view: View | undefined;
@@ -110,7 +125,7 @@ try {
     await page.waitForSelector('main[data-ready="trajectories"]', { timeout: 60_000 });
     row(`trajectories page (all ${total} rows loaded, first 200 shown)`, `${ms(t0)} ms`);
     const inPage: number[] = [];
-    for (const n of [5, 12_345, total - 3]) {
+    for (const n of [5, Math.floor(total / 2), total - 3]) {
       t0 = performance.now();
       await page.goto(`${base}#/trajectory?run=0&n=${n}`);
       await page.waitForSelector(`main[data-ready="trajectory"] h1`, { timeout: 60_000 });
