@@ -147,7 +147,7 @@ try {
       await page.goto(`${base}#/steps?run=0`);
       await page.waitForSelector('main[data-ready="steps"]');
       await page.screenshot({ path: join(shots, 'view-steps.png') });
-      await page.goto(`${base}#/trajectory?run=0&n=12345`);
+      await page.goto(`${base}#/trajectory?run=0&n=${Math.floor(total / 2)}`);
       await page.waitForSelector('main[data-ready="trajectory"]');
       await page.screenshot({ path: join(shots, 'view-trajectory.png') });
       process.stderr.write(`bench view: screenshots in ${shots}\n`);
