@@ -325,9 +325,11 @@ describe('tool cache in the RL loop (scripted SGLang, the real sandbox)', () => 
       loadProtocol(TINY),
     ]);
     try {
+      // The second problem says it needs two calls (meta.steps, as the agentic families' do).
+      const [one, two] = problems(2);
       const out = await collect(
         rolloutSteps(
-          problems(2),
+          [one, { ...two, meta: { family: 'inspect', steps: 2 } }],
           {
             engines: [new SglangClient(engine.url)],
             sandbox: sandbox.url,
@@ -358,6 +360,11 @@ describe('tool cache in the RL loop (scripted SGLang, the real sandbox)', () => 
           positive_error_share: undefined,
         },
       );
+      // ... and that of the multi-step problems alone: the second problem's four samples.
+      const multi = (end.stats as { tool_use_multi_step?: Record<string, number | null> })
+        .tool_use_multi_step;
+      assert.equal(multi?.trajectories, 4);
+      assert.equal(multi?.tool_calls_per_traj, 1);
     } finally {
       await Promise.all([engine.close(), sandbox.close()]);
     }
