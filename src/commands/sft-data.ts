@@ -1,4 +1,5 @@
 import { mkdirSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UsageError } from '../errors.js';
@@ -9,13 +10,18 @@ import { toolStateOption } from '../rollout/options.js';
 import { loadProtocol } from '../rollout/protocol.js';
 import type { ToolState } from '../rollout/tool-state.js';
 import { SandboxClient } from '../sandbox/client.js';
-import { startSandbox } from '../sandbox/embedded.js';
 import { ConversationRenderer } from '../sft/conversation.js';
 import { agenticDemonstrations } from '../sft/curriculum/agentic.js';
 import { CURRICULA, demonstrations, problemOf, split, type Task } from '../sft/curriculum/index.js';
 import type { SftRecord } from '../sft/record.js';
 import { emptyStats, readSources } from '../sft/sources/index.js';
-import { embeddedRunner, sandboxRunner, type ToolRunner, warmRunner } from '../sft/tool-runner.js';
+import {
+  embeddedRunner,
+  pooledRunner,
+  sandboxRunner,
+  type ToolRunner,
+  warmRunner,
+} from '../sft/tool-runner.js';
 
 const TINY = fileURLToPath(new URL('../../../fixtures/tiny', import.meta.url));
 
@@ -57,7 +63,9 @@ async function toolRunner(opts: Options): Promise<ToolRunner> {
     await new SandboxClient(opts.sandbox, { token }).checkAuth();
     return sandboxRunner(opts.sandbox, { token });
   }
-  return warmRunner({ python: opts.python });
+  // One warm Python per core: the programs are trusted and a process runs one call at a time.
+  const cores = Math.max(1, Math.min(4, availableParallelism()));
+  return pooledRunner(Array.from({ length: cores }, () => warmRunner({ python: opts.python })));
 }
 
 /**

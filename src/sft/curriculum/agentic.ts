@@ -3,6 +3,7 @@ import type { Rng } from '../../random.js';
 import type { SubmissionResult } from '../../records/sandbox.js';
 import { scriptedTrajectory } from '../../rollout/agent.js';
 import type { ConversationRenderer } from '../conversation.js';
+import { mapLimit } from '../map-limit.js';
 import type { SftRecord } from '../record.js';
 import type { CodeCall, ToolRunner } from '../tool-runner.js';
 import type { Family, Task, ToolStep } from './families.js';
@@ -438,25 +439,9 @@ export async function agenticDemonstrations(
       source,
     };
   };
-  // One task at a time left the sandbox's executors idle between a task's calls: 1,875 tasks took
-  // ~60 s of the SFT recipe's wall-clock budget. The records keep the tasks' order.
-  const records: SftRecord[] = new Array(tasks.length);
-  let next = 0;
-  let failed = false;
-  const worker = async () => {
-    while (!failed && next < tasks.length) {
-      const i = next++;
-      try {
-        records[i] = await demonstrate(tasks[i]);
-      } catch (e) {
-        failed = true;
-        throw e;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(DEMO_CONCURRENCY, tasks.length) }, worker));
-  return records;
+  // Several tasks in flight keep every process of a pooled runner (or a sandbox's executors) busy.
+  return mapLimit(tasks, DEMO_CONCURRENCY, demonstrate);
 }
 
-/** Tasks in flight while building demonstrations: enough to keep a sandbox's executors busy. */
-const DEMO_CONCURRENCY = 16;
+/** Tasks in flight while building demonstrations. */
+export const DEMO_CONCURRENCY = 16;

@@ -5,6 +5,7 @@ import type { SubmissionResult } from '../../records/sandbox.js';
 import { scriptedTrajectory } from '../../rollout/agent.js';
 import type { ToolState } from '../../rollout/tool-state.js';
 import type { ConversationRenderer } from '../conversation.js';
+import { mapLimit } from '../map-limit.js';
 import type { SftRecord } from '../record.js';
 import type { CodeCall, ToolRunner } from '../tool-runner.js';
 import { brokenCode, CURRICULA, family, type Task } from './families.js';
@@ -180,7 +181,8 @@ export async function demonstrations(
       const calls = reuse[i] ?? (broken[i] !== undefined ? [{ code: broken[i], input: t.input }, t] : []);
       return calls.length > 1 ? [{ i, calls: calls.map((c) => ({ code: c.code, input: c.input })) }] : [];
     });
-    for (const { i, calls } of runs) cells.set(i, (await runner.runCells(calls)).map(steadyCost));
+    const done = await mapLimit(runs, 16, ({ calls }) => runner.runCells(calls));
+    for (const [k, { i }] of runs.entries()) cells.set(i, (done[k] as SubmissionResult[]).map(steadyCost));
   }
   const records: SftRecord[] = [];
   let b = 0;
