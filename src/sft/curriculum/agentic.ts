@@ -367,8 +367,13 @@ export async function runSteps(
     const step = steps[i];
     const out = (r.stdout ?? '').trim();
     const last = i === results.length - 1;
+    // A call stopped at its limit is no curriculum bug: the machine was too busy (the limit is wall time).
     const bug = (what: string) =>
-      new DataError(`curriculum bug: ${JSON.stringify(task.prompt)}: step ${i + 1} (${mode}) ${what}`);
+      new DataError(
+        r.reason === 'worker_timeout'
+          ? `${JSON.stringify(task.prompt)}: step ${i + 1} (${mode}) ran past its time limit: is the machine overloaded?`
+          : `curriculum bug: ${JSON.stringify(task.prompt)}: step ${i + 1} (${mode}) ${what}`,
+      );
     if (step?.fails !== undefined) {
       if (r.run_success || !(r.stderr ?? '').includes(step.fails))
         throw bug(`should fail naming ${JSON.stringify(step.fails)}; got ${JSON.stringify(r.stderr ?? out)}`);
