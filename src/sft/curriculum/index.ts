@@ -8,6 +8,7 @@ import type { ConversationRenderer } from '../conversation.js';
 import { mapLimit } from '../map-limit.js';
 import type { SftRecord } from '../record.js';
 import type { CodeCall, ToolRunner } from '../tool-runner.js';
+import { DEMO_CONCURRENCY } from './agentic.js';
 import { brokenCode, CURRICULA, family, type Task } from './families.js';
 
 export { CURRICULA, FAMILIES, type Task } from './families.js';
@@ -181,7 +182,7 @@ export async function demonstrations(
       const calls = reuse[i] ?? (broken[i] !== undefined ? [{ code: broken[i], input: t.input }, t] : []);
       return calls.length > 1 ? [{ i, calls: calls.map((c) => ({ code: c.code, input: c.input })) }] : [];
     });
-    const done = await mapLimit(runs, 16, ({ calls }) => runner.runCells(calls));
+    const done = await mapLimit(runs, DEMO_CONCURRENCY, ({ calls }) => runner.runCells(calls));
     for (const [k, { i }] of runs.entries()) cells.set(i, (done[k] as SubmissionResult[]).map(steadyCost));
   }
   const records: SftRecord[] = [];
