@@ -17,6 +17,8 @@
 #   RSTAR_DEMO_LR ["3e-4 3e-4 1e-4"] the learning rates of stages 1, 2, 3 (one value: all three);
 #     stage 3, on the hard subset, drifted at 3e-4 (docs/experiments/2026-12-03-stage-3-lr.md)
 #   RSTAR_DEMO_MINI_BATCHES [2]   RSTAR_DEMO_DOWN_SAMPLE [roc; none: plain GRPO]
+#   RSTAR_DEMO_POSITIVES [sorted: RoC keeps the cleanest positives; weighted: samples them by 1/(0.1 + penalty),
+#     keeping some that failed a call and fixed it] (roc-filter --positives)
 #   RSTAR_DEMO_DYNAMIC [2: dynamic sampling, up to 2x the problems until every step has B mixed groups;
 #     1: off] (docs/experiments/2026-12-02-dynamic-sampling.md)
 #   RSTAR_DEMO_OVERSAMPLE [0: B problems, then refill rounds; 1: a step's first round already samples
@@ -102,6 +104,11 @@ SETTINGS=(RSTAR_DEMO_STAGES="${STAGES[*]}" RSTAR_DEMO_TOKENS="${TOKENS[*]}" \
   RSTAR_DEMO_TOOL_TIMEOUT="${RSTAR_DEMO_TOOL_TIMEOUT:-5}" RSTAR_DEMO_TOOL_CACHE="${RSTAR_DEMO_TOOL_CACHE:-group}" \
   RSTAR_DEMO_EVAL_TOOL_CACHE="${RSTAR_DEMO_EVAL_TOOL_CACHE:-group}" RSTAR_DEMO_SEED="${RSTAR_DEMO_SEED:-0}" \
   RSTAR_DEMO_SFT="${RSTAR_DEMO_SFT:-}" RSTAR_SFT_TEMPLATE="$TEMPLATE" RSTAR_RL_MAX_TURNS="$MAX_TURNS")
+# a later setting is recorded only when not its default, so runs made before it still resume
+POSITIVES=${RSTAR_DEMO_POSITIVES:-sorted}
+[[ $POSITIVES == sorted || $POSITIVES == weighted ]] ||
+  die "RSTAR_DEMO_POSITIVES: expected sorted or weighted, got '$POSITIVES'"
+[[ $POSITIVES == sorted ]] || SETTINGS+=(RSTAR_DEMO_POSITIVES="$POSITIVES")
 check_manifest "$OUT/manifest.txt" "$earlier" "$OUT" "${SETTINGS[@]}"
 # The SFT checkpoint this run would reuse: made with this run's RSTAR_SFT_* settings? (sft.sh's own
 # check; a folder given as RSTAR_DEMO_SFT is the caller's choice and is taken as it is)
@@ -186,6 +193,7 @@ export RSTAR_RL_TEMPLATE=$TEMPLATE RSTAR_RL_BATCH=${RSTAR_DEMO_PROBLEMS:-16} RST
 export RSTAR_RL_MINI_BATCHES=${RSTAR_DEMO_MINI_BATCHES:-2} RSTAR_RL_TOOL_CACHE=${RSTAR_DEMO_TOOL_CACHE:-group}
 export RSTAR_RL_TOOL_CACHE_AUDIT=${RSTAR_DEMO_TOOL_CACHE_AUDIT:-0.05}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
+export RSTAR_RL_POSITIVES=$POSITIVES
 # the curve's steps stay until they are evaluated (after their stage), and after: a rerun finds them
 export RSTAR_RL_KEEP_CHECKPOINTS=$KEEP_CHECKPOINTS RSTAR_RL_KEEP_EVERY=$CURVE_EVERY
 export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_OVERSAMPLE=${RSTAR_DEMO_OVERSAMPLE:-0} RSTAR_RL_REFILL=${RSTAR_DEMO_REFILL:-streaming} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS

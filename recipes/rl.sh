@@ -20,6 +20,9 @@
 #   RSTAR_RL_FIRST [1]  the stage's first step (a stage after another starts at its last step + 1)
 #   RSTAR_RL_BATCH [16] problems per step   RSTAR_RL_KEEP [4] G   RSTAR_RL_N [2G] rollouts per problem
 #   RSTAR_RL_DOWN_SAMPLE [roc]  roc: keep G of 2G (GRPO-RoC); none: keep all N (plain GRPO, same budget)
+#   RSTAR_RL_POSITIVES [sorted]  which positives RoC keeps (roc-filter --positives): sorted, the fewest
+#                       tool errors and format faults first; weighted, sampled with weight 1/(0.1 + penalty)
+#                       (seeded by RSTAR_RL_SEED), so a positive that failed a call and fixed it is sometimes kept
 #   RSTAR_RL_LR [3e-4]  RSTAR_RL_MINI_BATCHES [2]  RSTAR_RL_EPOCHS [1]  RSTAR_RL_MAX_TOKENS [384]
 #   RSTAR_RL_MAX_TURNS [3]  RSTAR_RL_TEMPERATURE [1]  RSTAR_RL_STALENESS [0: on-policy; 1: one-step-off]
 #   RSTAR_RL_DYNAMIC [2: refill up to 2*B problems until B groups are mixed, so every update sees a
@@ -99,9 +102,14 @@ TOOL_CACHE_AUDIT=${RSTAR_RL_TOOL_CACHE_AUDIT:-0}
 TOOL_STATE=${RSTAR_RL_TOOL_STATE:-stateless}
 [[ $TOOL_STATE == stateless || $TOOL_STATE == session ]] ||
   die "RSTAR_RL_TOOL_STATE: expected stateless or session, got '$TOOL_STATE'"
-# In the manifest only when not the default: stages made before the setting (stateless) still resume.
-TOOL_STATE_SETTING=()
-[[ $TOOL_STATE == stateless ]] || TOOL_STATE_SETTING=(RSTAR_RL_TOOL_STATE="$TOOL_STATE")
+# In the manifest only when not the default: stages made before these settings still resume.
+OPTIONAL_SETTINGS=()
+[[ $TOOL_STATE == stateless ]] || OPTIONAL_SETTINGS=(RSTAR_RL_TOOL_STATE="$TOOL_STATE")
+POSITIVES=${RSTAR_RL_POSITIVES:-sorted}
+[[ $POSITIVES == sorted || $POSITIVES == weighted ]] ||
+  die "RSTAR_RL_POSITIVES: expected sorted or weighted, got '$POSITIVES'"
+# likewise in the manifest only when not the default (stages made before the setting were sorted)
+[[ $POSITIVES == sorted ]] || OPTIONAL_SETTINGS+=(RSTAR_RL_POSITIVES="$POSITIVES")
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 KEEP_CHECKPOINTS=${RSTAR_RL_KEEP_CHECKPOINTS:-0}
 KEEP_EVERY=${RSTAR_RL_KEEP_EVERY:-0}
@@ -134,7 +142,7 @@ check_manifest "$OUT/manifest-stage-$FIRST.txt" "$earlier" "" RSTAR_RL_MODEL="$M
   RSTAR_RL_TEMPERATURE="$TEMPERATURE" RSTAR_RL_STALENESS="$STALENESS" RSTAR_RL_DYNAMIC="$DYNAMIC" \
   RSTAR_RL_OVERSAMPLE="${RSTAR_RL_OVERSAMPLE:-0}" RSTAR_RL_REFILL="$REFILL" RSTAR_RL_SEED="$SEED" \
   RSTAR_RL_TOOL_CACHE="$TOOL_CACHE" RSTAR_RL_TEMPLATE="$TEMPLATE" RSTAR_RL_MICRO_BATCH_TOKENS="$MICRO_TOKENS" \
-  RSTAR_RL_TRAIN_ARGS="${RSTAR_RL_TRAIN_ARGS:-}" "${TOOL_STATE_SETTING[@]}"
+  RSTAR_RL_TRAIN_ARGS="${RSTAR_RL_TRAIN_ARGS:-}" "${OPTIONAL_SETTINGS[@]}"
 if [[ ${RSTAR_CHECK_ONLY:-0} == 1 ]]; then
   log "rl: $OUT: settings match (RSTAR_CHECK_ONLY=1: nothing run)"
   exit 0
@@ -207,7 +215,8 @@ rm -f "$fifo" && mkfifo "$fifo"
 rollout_pid=$!
 trained() {
   # shellcheck disable=SC2086
-  "${RSTAR[@]}" roc-filter --keep "$KEPT" --group-size "$N" --stats "$OUT/roc-stats.json" <"$fifo" |
+  "${RSTAR[@]}" roc-filter --keep "$KEPT" --group-size "$N" --positives "$POSITIVES" --seed "$SEED" \
+    --stats "$OUT/roc-stats.json" <"$fifo" |
     "${RSTAR[@]}" advantage --group-size "$KEPT" |
     "${RSTAR[@]}" train-step --follow --loss grpo --model "$model" --weight-version "$version" \
       --out "$OUT/step-{step}" --policy "rl-step-{step}" --sync "${ENGINES[@]}" --max-staleness "$STALENESS" \

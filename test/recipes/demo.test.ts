@@ -133,6 +133,23 @@ describe('recipes/smoke.sh and demo.sh: a run folder is reused only by a run of 
     const same = await recipe('demo.sh', [out], { ...TINY, RSTAR_SFT_QUICK: '1', RSTAR_CHECK_ONLY: '1' });
     assert.equal(same.code, 0, same.log);
     assert.match(same.log, /demo: .*: settings match/);
+    // a setting added later is recorded only away from its default: the run above (made without
+    // RSTAR_DEMO_POSITIVES) matches its default spelled out, and is refused weighted positives
+    const positives = (value: string) =>
+      recipe('demo.sh', [out], {
+        ...TINY,
+        RSTAR_SFT_QUICK: '1',
+        RSTAR_DEMO_POSITIVES: value,
+        RSTAR_CHECK_ONLY: '1',
+      });
+    const spelled = await positives('sorted');
+    assert.equal(spelled.code, 0, spelled.log);
+    const weighted = await positives('weighted');
+    assert.equal(weighted.code, 1, weighted.log);
+    assert.match(weighted.log, /RSTAR_DEMO_POSITIVES: not recorded there; 'weighted' now/);
+    const typo = await positives('best');
+    assert.equal(typo.code, 1, typo.log);
+    assert.match(typo.log, /RSTAR_DEMO_POSITIVES: expected sorted or weighted, got 'best'/);
     assert.deepEqual(readdirSync(join(out, 'rl')).sort(), before);
   });
 

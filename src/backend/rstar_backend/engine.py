@@ -1047,6 +1047,14 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 1024
     daemon_threads = True
 
+    def handle_error(self, request, client_address):
+        # A client dropping an idle keep-alive connection (an HTTP pool closing at exit) resets it while
+        # its thread waits for the next request line: nothing was asked, so there is nothing to report,
+        # and a traceback per connection would bury the log's real errors.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
 
 def server_info(engine):
     cfg = engine.cfg
