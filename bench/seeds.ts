@@ -5,7 +5,10 @@
 // With `--vs RUN...` (as many, in the same seed order) it compares two arms at their RL checkpoints
 // (e.g. plain GRPO against GRPO-RoC, sessions against stateless): B - A per seed, with intervals.
 //
-//   npm run bench:seeds -- runs/seed0 runs/seed1 runs/seed2 [--vs runs/grpo0 runs/grpo1 runs/grpo2]
+// `--at NAME` takes the run's eval-NAME as its RL side instead of eval-rl (e.g. `--at stage1`, step 30,
+// for arms stopped after stage 1), and only the steps up to that evaluation's.
+//
+//   npm run bench:seeds -- runs/seed0 runs/seed1 runs/seed2 [--vs runs/grpo0 runs/grpo1 runs/grpo2] [--at stage1]
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { compareMetric, type PerProblem, readPerProblem } from '../src/eval/bootstrap.js';
@@ -34,15 +37,24 @@ async function side(dir: string, name: string): Promise<Side> {
   return { summary, problems };
 }
 
-async function load(dir: string): Promise<Run> {
-  const stepsFile = join(dir, 'rl', 'rollout-steps.jsonl');
-  const steps = existsSync(stepsFile)
-    ? readFileSync(stepsFile, 'utf8')
+const jsonLines = (file: string): Record<string, unknown>[] =>
+  existsSync(file)
+    ? readFileSync(file, 'utf8')
         .split('\n')
         .filter((l) => l.trim() !== '')
         .map((l) => JSON.parse(l) as Record<string, unknown>)
     : [];
-  return { dir, sft: await side(dir, 'sft'), rl: await side(dir, 'rl'), steps };
+
+async function load(dir: string, at: string): Promise<Run> {
+  let steps = jsonLines(join(dir, 'rl', 'rollout-steps.jsonl'));
+  if (at !== 'rl') {
+    // the curve names the step each evaluation was of
+    const point = jsonLines(join(dir, 'rl', 'curve.jsonl')).find((p) => p.eval === at);
+    if (typeof point?.step !== 'number') throw new Error(`${dir}/rl/curve.jsonl: no point for eval-${at}`);
+    const last = point.step;
+    steps = steps.filter((s) => typeof s.step === 'number' && s.step <= last);
+  }
+  return { dir, sft: await side(dir, 'sft'), rl: await side(dir, at), steps };
 }
 
 const all = (p: EvalProblem) => (p.n > 0 ? p.correct / p.n : undefined);
@@ -177,17 +189,25 @@ function versus(a: Run[], b: Run[]): string {
 
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
+  let evalName = 'rl';
+  const atFlag = args.indexOf('--at');
+  if (atFlag >= 0) {
+    evalName = args[atFlag + 1] ?? '';
+    args.splice(atFlag, 2);
+  }
   const at = args.indexOf('--vs');
   const dirsA = at < 0 ? args : args.slice(0, at);
   const dirsB = at < 0 ? [] : args.slice(at + 1);
-  if (dirsA.length === 0 || (at >= 0 && dirsB.length !== dirsA.length)) {
-    process.stderr.write('usage: seeds RUN... [--vs RUN... (as many, same seed order)]\n');
+  if (dirsA.length === 0 || (at >= 0 && dirsB.length !== dirsA.length) || !/^[\w-]+$/.test(evalName)) {
+    process.stderr.write(
+      'usage: seeds RUN... [--vs RUN... (as many, same seed order)] [--at EVAL (default rl)]\n',
+    );
     process.exit(2);
   }
-  const a = await Promise.all(dirsA.map(load));
+  const a = await Promise.all(dirsA.map((d) => load(d, evalName)));
   process.stdout.write(`${arm(a)}\n`);
   if (dirsB.length > 0) {
-    const b = await Promise.all(dirsB.map(load));
+    const b = await Promise.all(dirsB.map((d) => load(d, evalName)));
     process.stdout.write(`\n${arm(b)}\n\n${versus(a, b)}\n`);
   }
 }
