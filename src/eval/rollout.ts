@@ -37,9 +37,8 @@ export async function openRoller(flags: SharedRolloutFlags & { tokenizer: string
   return {
     async *trajectories(benchmark, problems) {
       let index = 0;
-      // Session mode shares no result (a cell depends on the cells before it): no counts then.
-      const toolCacheCounts =
-        flags.toolCache === 'group' && flags.toolState !== 'session' ? emptyCounts() : undefined;
+      // In session mode too: there a cell is shared only with its whole history.
+      const toolCacheCounts = flags.toolCache === 'group' ? emptyCounts() : undefined;
       if (toolCacheCounts) counts.set(benchmark, toolCacheCounts);
       for await (const value of mod.rollout(problems, { ...options, toolCacheCounts })) {
         index += 1;

@@ -22,8 +22,8 @@ export interface JobContext extends TurnContext {
   /** Every sample of a problem starts from the same prompt: rendered and tokenized once. */
   promptCache: Map<string, number[]>;
   /**
-   * `--tool-cache group`: a problem's identical pure calls with a reproducible result run once.
-   * Never in session mode: a cell's result depends on the cells before it, not on its code alone.
+   * `--tool-cache group`: a problem's identical pure calls with a reproducible result run once; in
+   * session mode, a cell whose whole history (the cells before it and itself) is the same.
    */
   toolCache?: GroupToolCache;
   /** Session mode (`protocol.toolState`): the trajectories' sessions open now, closed when the run ends. */
@@ -73,7 +73,13 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
   const files = encodeFiles(job.problem.files);
   const session =
     run.protocol.toolState === 'session'
-      ? new ToolSession(run.sandbox, run.ended, run.sessions, files)
+      ? new ToolSession(
+          run.sandbox,
+          run.ended,
+          run.sessions,
+          files,
+          run.toolCache && { cache: run.toolCache, problem: job.problem.id },
+        )
       : undefined;
   const io: AgentIO = {
     async generate(context, maxNew, turn) {

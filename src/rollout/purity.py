@@ -61,6 +61,8 @@ BANNED_NAMES = {
     'breakpoint', 'help', 'getattr', 'setattr', 'delattr', 'hasattr',
 }
 NAME_BY_ARG = {'getattr', 'setattr', 'delattr', 'hasattr'}
+# A file directly in the working directory: no separator, no leading dot (so no '..').
+OWN_FILE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.-]*$')
 # numpy generators seeded with a constant draw the same numbers every run:
 # `np.random.default_rng(1)`, `from numpy.random import RandomState; RandomState(7)`.
 SEEDED = {'default_rng', 'RandomState'}
@@ -203,6 +205,8 @@ class Judge:
                     call = parents.get(node)
                     if node.id in NAME_BY_ARG and isinstance(call, ast.Call) and call.func is node:
                         self.constant_name(call, where)
+                    elif node.id == 'open' and isinstance(call, ast.Call) and call.func is node:
+                        self.own_file(call, where)
                     else:
                         self.deny(f'{where}: {node.id}')
                 if node.id in self.aliases:
@@ -251,6 +255,20 @@ class Judge:
         for m in self.modules:
             if m in RESTRICTED and m != 'sys' and RESTRICTED[m](name.value):
                 self.deny(f'{where}: {call.func.id}(..., {name.value!r})')
+
+    def own_file(self, call, where):
+        """open('data.txt', ...): a file of the working directory, named by a constant, with constant
+        arguments. The directory holds the problem's files and what the program (or, in a session,
+        an earlier cell of the same history) wrote there, so what is read is the same every run;
+        any other path (/proc, /dev/urandom, a computed name, an opener) may differ."""
+        name = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == 'file'), None)
+        if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and OWN_FILE.match(name.value)):
+            self.deny(f'{where}: open of a path that is not a constant name in the working directory')
+        for arg in list(call.args[1:]) + [k.value for k in call.keywords if k.arg != 'file']:
+            if not isinstance(arg, ast.Constant):
+                self.deny(f'{where}: open with a computed argument')
+        if any(k.arg is None or k.arg == 'opener' for k in call.keywords):
+            self.deny(f'{where}: open with an opener or unpacked arguments')
 
     def check_text(self, text, where):
         """Strings that code can turn into attribute names or, through sympify, into code."""

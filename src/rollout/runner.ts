@@ -86,17 +86,6 @@ export interface RolloutOptions {
   onProgress?: (p: RolloutProgress) => void;
 }
 
-let cacheWarned = false;
-
-/** `--tool-cache group` under `--tool-state session`: said once per process, on stderr. */
-function warnCacheBypassed(): void {
-  if (cacheWarned) return;
-  cacheWarned = true;
-  process.stderr.write(
-    "WARNING tool cache: --tool-cache group does not apply with --tool-state session (a cell's result depends on the cells before it): every call runs in its trajectory's session\n",
-  );
-}
-
 /** The sandbox of the run, its token checked: a wrong one fails here, before any engine is asked. */
 async function connectSandbox(options: RolloutOptions): Promise<{ client: SandboxClient; own: boolean }> {
   if (typeof options.sandbox !== 'string') {
@@ -146,8 +135,6 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     options.scrapeMs ?? ROLLOUT_DEFAULTS.scrapeMs,
     () => meter.report(),
   );
-  const session = options.protocol.toolState === 'session';
-  if (session && options.toolCache === 'group') warnCacheBypassed();
   const run: JobContext = {
     engines,
     core,
@@ -176,7 +163,7 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     promptCache: new Map(),
     sessions: new OpenSessions(),
     toolCache:
-      options.toolCache === 'group' && !session
+      options.toolCache === 'group'
         ? new GroupToolCache({
             samples: samplesPerProblem(jobs),
             sandbox: options.sandboxTraits ?? (await sandboxTraits(sandbox.client.url)),

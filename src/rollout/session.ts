@@ -1,6 +1,7 @@
 import type { SubmissionResult } from '../records/sandbox.js';
 import { type SandboxClient, SessionLost } from '../sandbox/client.js';
 import { AgentAbort, ServiceFailure } from './agent.js';
+import type { GroupToolCache } from './tool-cache.js';
 import type { CodeCall } from './tool-parser.js';
 
 /**
@@ -38,21 +39,32 @@ export class OpenSessions {
   }
 }
 
+/** The group tool cache as a session sees it: the problem its trajectory belongs to. */
+export interface SessionCache {
+  cache: GroupToolCache;
+  problem: string;
+}
+
 /**
- * One trajectory's Python session (`--tool-state session`): created at its first tool call (a
- * trajectory that never calls a tool costs nothing), every call sent as a cell of it, in order,
- * and closed when the trajectory ends, whatever the way (`close`). It keeps the trajectory's
- * finished cells (a cell killed by a limit left the session as it was and is not kept). When the
- * service loses the session (a worker restarted, the session expired: `SessionLost`), it builds
- * a new one by running those cells again in order, their outputs discarded, then runs the call
- * again; `replays` counts such rebuilds (the record's `session_replays`). A rebuild that fails
- * (lost again `MAX_REBUILDS` times, a replayed cell killed this time, or a service error) ends the
- * trajectory as an infrastructure error (`ServiceFailure`, kind `sandbox`).
+ * One trajectory's Python session (`--tool-state session`): created when a cell must really run
+ * (a trajectory that never calls a tool, or whose every cell comes from the cache, costs nothing),
+ * every call sent as a cell of it, in order, and closed when the trajectory ends, whatever the way
+ * (`close`). It keeps the trajectory's finished cells (a cell killed by a limit left the session
+ * as it was and is not kept) and how many of them the live session holds: a cell answered from the
+ * group cache (`--tool-cache group`: the same history of pure cells ran in another sample of the
+ * problem) is not run, so the next cell that must run first replays those, their outputs
+ * discarded. When the service loses the session (a worker restarted, the session expired:
+ * `SessionLost`), it builds a new one the same way and runs the call again; `replays` counts such
+ * rebuilds (the record's `session_replays`). A rebuild that fails (lost again `MAX_REBUILDS`
+ * times, a replayed cell killed this time, or a service error) ends the trajectory as an
+ * infrastructure error (`ServiceFailure`, kind `sandbox`).
  */
 export class ToolSession {
   #id: string | undefined;
   #closed = false;
   readonly #cells: CodeCall[] = [];
+  /** How many of `#cells` the live session (`#id`) holds. */
+  #applied = 0;
   replays = 0;
 
   constructor(
@@ -61,20 +73,35 @@ export class ToolSession {
     private readonly open: OpenSessions,
     /** The problem's files (name -> base64): the session's working directory starts with them. */
     private readonly files?: Record<string, string>,
+    private readonly shared?: SessionCache,
   ) {}
 
-  /** Runs `call` as the session's next cell. */
+  /** Runs `call` as the session's next cell (or takes its result from the group cache). */
   async run(call: CodeCall): Promise<SubmissionResult> {
+    const result = this.shared
+      ? await this.shared.cache.run(
+          this.shared.problem,
+          call.code,
+          call.input,
+          () => this.#live(call),
+          this.#cells,
+        )
+      : await this.#live(call);
+    if (result.session_rolled_back !== true) this.#cells.push(call);
+    return result;
+  }
+
+  /** Runs `call` in the live session, after the finished cells it does not hold yet. */
+  async #live(call: CodeCall): Promise<SubmissionResult> {
+    const history = this.#cells.length;
     for (let rebuilds = 0; ; rebuilds++) {
       let id: string | undefined;
       try {
         id = this.#id ?? (await this.#create());
-        if (rebuilds > 0) {
-          await this.#replay(id);
-          this.replays += 1;
-        }
+        if (rebuilds > 0) this.replays += 1;
+        await this.#catchUp(id, history);
         const result = await this.#cell(id, call);
-        if (result.session_rolled_back !== true) this.#cells.push(call);
+        if (result.session_rolled_back !== true) this.#applied = history + 1;
         return result;
       } catch (error) {
         if (!lost(error)) throw error;
@@ -106,6 +133,7 @@ export class ToolSession {
       throw new AgentAbort('rollout stopped');
     }
     this.#id = id;
+    this.#applied = 0;
     this.open.add(this);
     return id;
   }
@@ -122,21 +150,26 @@ export class ToolSession {
     return result;
   }
 
-  /** The trajectory's finished cells, in order, into a new session; what they print is not used. */
-  async #replay(id: string): Promise<void> {
-    for (const [i, call] of this.#cells.entries()) {
-      const result = await this.#cell(id, call);
+  /**
+   * The finished cells the live session does not hold (all of them in a new session, those the
+   * cache answered otherwise), in order; what they print is not used.
+   */
+  async #catchUp(id: string, upTo: number): Promise<void> {
+    for (let i = this.#applied; i < upTo; i++) {
+      const result = await this.#cell(id, this.#cells[i]);
       if (result.session_rolled_back === true) {
         throw new ServiceFailure(
           'sandbox',
-          `sandbox ${this.sandbox.url}: rebuilding a lost session, cell ${i + 1} of ${this.#cells.length} was killed this time (${result.reason || 'no reason'})`,
+          `sandbox ${this.sandbox.url}: replaying the session's cell ${i + 1} of ${upTo}, it was killed this time (${result.reason || 'no reason'})`,
         );
       }
+      this.#applied = i + 1;
     }
   }
 
   #forget(): void {
     this.#id = undefined;
+    this.#applied = 0;
     this.open.delete(this);
   }
 }

@@ -248,9 +248,8 @@ export async function* rolloutSteps(
     }
     const tally = { trajectories: 0, sum: 0, scored: 0 };
     // Every round's cache adds to the step's counts.
-    // (none in session mode: every call runs in its trajectory's session)
     const session = rolloutOptions.protocol.toolState === 'session';
-    const toolCache = rolloutOptions.toolCache === 'group' && !session ? emptyCounts() : undefined;
+    const toolCache = rolloutOptions.toolCache === 'group' ? emptyCounts() : undefined;
     let replays = 0;
     const turnsByVersion: Record<string, number> = {};
     const uses: (ToolUseSample & { family?: string; multi_step?: boolean })[] = [];

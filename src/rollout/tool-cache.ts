@@ -131,15 +131,23 @@ export class GroupToolCache {
     this.#classifier = options.classifier ?? new PurityClassifier();
   }
 
+  /**
+   * Runs one call of `problem` through the cache. In session mode `history` is the trajectory's
+   * finished cells before this one: a cell's result depends on them, so the key is the whole
+   * history, and the cell is shared only when every cell of it is pure.
+   */
   async run(
     problem: string,
     code: string,
     input: string,
     execute: () => Promise<SubmissionResult>,
+    history?: readonly { code: string; input: string }[],
   ): Promise<SubmissionResult> {
     const group = this.#groups.get(problem);
     if (group === undefined) return execute();
-    const key = JSON.stringify([code, input]);
+    const key = JSON.stringify(
+      history === undefined ? [code, input] : [...history.map((c) => [c.code, c.input]), [code, input]],
+    );
     const known = group.calls.get(key);
     if (known !== undefined) {
       const outcome = await known.outcome;
@@ -153,8 +161,10 @@ export class GroupToolCache {
     let settle!: (o: Outcome) => void;
     const entry = { outcome: new Promise<Outcome>((resolve) => (settle = resolve)), hits: 0 };
     group.calls.set(key, entry);
-    const verdict = await this.#classifier.classify(code);
-    if (!verdict.pure || (verdict.sets && !this.#sandbox.hashSeedFixed)) {
+    const verdicts = await Promise.all(
+      [...(history ?? []).map((c) => c.code), code].map((c) => this.#classifier.classify(c)),
+    );
+    if (verdicts.some((v) => !v.pure || (v.sets && !this.#sandbox.hashSeedFixed))) {
       settle({ shared: false });
       return execute();
     }

@@ -3,8 +3,9 @@
 // server after its trajectory ended (answer, max turns, error, a rollout stopped early), a
 // session made for a trajectory that never calls a tool, a lost session not rebuilt from the
 // earlier cells (or not marked), a rebuild that keeps failing not ending as an infrastructure
-// error, the tool cache sharing a cell's result; and the prompt changing in stateless mode or
-// not saying that variables persist in session mode.
+// error, the tool cache sharing a cell whose history differs (or holds an impure cell), a sample
+// that leaves a shared history without the shared cells in its session; and the prompt changing
+// in stateless mode or not saying that variables persist in session mode.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -21,6 +22,7 @@ import {
   SglangClient,
 } from '../../src/rollout/index.js';
 import { rolloutSteps } from '../../src/rollout/steps.js';
+import { emptyCounts } from '../../src/rollout/tool-cache.js';
 import { SESSION_NOTE } from '../../src/rollout/tool-state.js';
 import { SandboxClient } from '../../src/sandbox/client.js';
 import { startSandbox } from '../../src/sandbox/embedded.js';
@@ -266,7 +268,7 @@ describe('rollout --tool-state session against the real sandbox-serve', () => {
     }
   });
 
-  it("a step's statistics say session mode and count its rebuilds, with no cache counts", async () => {
+  it("a step's statistics say session mode and count its rebuilds and cache hits", async () => {
     const engine = await fake(SHARED);
     const client = watched();
     client.lose = (cell) => cell === 2;
@@ -288,24 +290,72 @@ describe('rollout --tool-state session against the real sandbox-serve', () => {
     assert.equal(end.end_batch, true);
     assert.equal(end.stats?.tool_state, 'session');
     assert.equal(end.stats?.session_replays, 1);
-    assert.equal(end.stats?.tool_cache, undefined);
+    assert.deepEqual(end.stats?.tool_cache, { hits: 4, audited: 0, mismatches: 0 });
   });
 
-  it('never shares a cell result through --tool-cache group', async () => {
-    const engine = await fake(SHARED);
+  /** n samples of one problem in session mode with the group cache, and what they printed. */
+  const cached = async (o: Partial<Parameters<typeof startFakeSglang>[0]>, n = 4, audit = 0) => {
+    const engine = await fake(SHARED, o);
     const client = watched();
-    const out = await collect(
-      rollout(problems(1), {
-        engines: [new SglangClient(engine.url)],
-        sandbox: client,
-        protocol: session,
-        n: 4,
-        toolCache: 'group',
-      }),
-    );
+    const counts = emptyCounts();
+    const out = (
+      await collect(
+        rollout(problems(1), {
+          engines: [new SglangClient(engine.url)],
+          sandbox: client,
+          protocol: session,
+          n,
+          toolCache: 'group',
+          toolCacheAudit: audit,
+          toolCacheCounts: counts,
+        }),
+      )
+    ).map((t) => Trajectory.parse(t));
     await client.close();
-    assert.ok(out.every((t) => t.tool_errors === 0));
-    assert.equal(client.cells, 8, 'every call ran in its own trajectory’s session');
+    const printed = out.map((t) => [...t.text.matchAll(/stdout: (\d+)\n/g)].map((m) => Number(m[1])));
+    return { out, printed, counts, cells: client.cells, created: client.created };
+  };
+  const sorted = (xs: number[][]) => xs.map((x) => x.join(',')).sort();
+
+  it('--tool-cache group shares a cell only when its whole history of pure cells is the same', async () => {
+    // Two first cells, two samples each, then the same second cell: its result depends on the first.
+    const r = await cached({
+      cycle: [{ match: 'Solve 2x', turn: 0, replies: [toolCall('x = 6 // 2'), toolCall('x = 8 // 2')] }],
+    });
+    assert.deepEqual(sorted(r.printed), ['3', '3', '4', '4'], 'print(x) after x = 8 // 2 prints 4');
+    assert.ok(r.out.every((t) => t.tool_errors === 0 && t.tool_state === 'session'));
+    assert.equal(r.cells, 4, 'each history ran once: 2 first cells, 2 second cells');
+    assert.equal(r.created, 2, 'a session only where a cell really ran');
+    assert.equal(r.counts.hits, 4);
+  });
+
+  it('a sample that leaves the shared history replays the shared cells into its own session first', async () => {
+    // The same first cell for all; the second differs: whoever runs it needs x in its own session.
+    const r = await cached({
+      cycle: [{ match: 'Solve 2x', turn: 1, replies: [toolCall('print(x)'), toolCall('print(x + 10)')] }],
+    });
+    assert.deepEqual(sorted(r.printed), ['13', '13', '3', '3']);
+    assert.ok(
+      r.out.every((t) => t.tool_errors === 0),
+      r.out.map((t) => t.text).join('\n'),
+    );
+    assert.equal(r.counts.hits, 3 + 2, 'the first cell 3 times, each second cell once');
+    // At most: the first cell, then each second cell with the first replayed before it.
+    assert.ok(r.cells >= 3 && r.cells <= 5, `${r.cells} cells`);
+  });
+
+  it('never shares a cell after an impure one, and audits hits by running them in the session', async () => {
+    const impure = await cached({
+      cycle: [{ match: 'Solve 2x', turn: 0, replies: [toolCall('import time\nx = 6 // 2')] }],
+    });
+    assert.equal(impure.cells, 8, 'every cell ran in its own trajectory’s session');
+    assert.equal(impure.counts.hits, 0);
+    assert.deepEqual(sorted(impure.printed), ['3', '3', '3', '3']);
+    const audited = await cached({}, 4, 1);
+    assert.equal(audited.counts.hits, 6);
+    assert.equal(audited.counts.audited, 6);
+    assert.equal(audited.counts.mismatches, 0);
+    assert.equal(audited.cells, 8, 'each audited hit ran for real, in its own session');
   });
 
   it('prompts: stateless as the release renders them, session with one sentence more', async () => {

@@ -21,9 +21,10 @@ export interface FakeOptions {
   byPrompt?: { match: string; turns: string[] }[];
   /**
    * Replies that vary by request: the k-th request with the same prompt, where it contains `match`,
-   * gets `replies[k % replies.length]` (single-turn scripts, e.g. right and wrong answers for GRPO groups).
+   * gets `replies[k % replies.length]` (single-turn scripts, e.g. right and wrong answers for GRPO groups);
+   * with `turn`, only at that assistant turn (0 the first), so samples diverge there and the script goes on.
    */
-  cycle?: { match: string; replies: string[] }[];
+  cycle?: { match: string; replies: string[]; turn?: number }[];
   /**
    * Replies drawn by the request's `sampling_seed`, as a sampling engine would: where the prompt contains
    * `match`, a request gets `replies[sampling_seed % replies.length]` (a random one without a seed), so
@@ -125,7 +126,9 @@ async function serve(o: FakeOptions): Promise<void> {
         const text = tk.decode(b.input_ids);
         const turn = text.split('<|im_start|>assistant').length - 2;
         const script = o.byPrompt?.find((p) => text.includes(p.match))?.turns ?? o.turns;
-        const cycle = o.cycle?.find((c) => text.includes(c.match));
+        const cycle = o.cycle?.find(
+          (c) => text.includes(c.match) && (c.turn === undefined || c.turn === turn),
+        );
         let reply = script[Math.min(turn, script.length - 1)];
         if (cycle) {
           const k = cycled.get(text) ?? 0; // counted per prompt: each group alternates on its own
