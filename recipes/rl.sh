@@ -39,7 +39,7 @@
 #                       --tool-cache-audit; counted in rollout-steps.jsonl, a mismatch is a WARNING)
 #   RSTAR_RL_TOOL_STATE [stateless]  session: each trajectory's tool calls are the cells of one Python
 #                       session, the prompt saying so (rollout --tool-state; the SFT data should match:
-#                       recipes/sft.sh RSTAR_SFT_TOOL_STATE); the tool cache then shares nothing
+#                       recipes/sft.sh RSTAR_SFT_TOOL_STATE); the tool cache then shares a cell by its history
 #   RSTAR_RL_SEED [0]  RSTAR_RL_TEMPLATE [fixtures/curriculum/tiny.jinja]  RSTAR_RL_TOKENIZER [the model]
 #   RSTAR_RL_TRAIN_THREADS [0: torch's default]  CPU threads of train-step (--threads)
 #   RSTAR_RL_ENGINE_THREADS [0]  of each engine this script starts; with RSTAR_RL_STALENESS=1 on a CPU

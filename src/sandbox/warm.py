@@ -23,10 +23,16 @@
 # thread (so none of the cell's background threads is in the state) and that fork is the new
 # holder, the working folder as the cell left it. A cell stopped at its limit (or that crashed)
 # leaves the holder, its scope and its folder (restored from a copy) as they were before it.
+# {"op": "cells", "cells": [{"code", "input", "mode", "timeout", "keep"}, ...], "files"?} runs a
+# whole session at once in this process (`run_cells`: no fork; the curriculum's sessions cost what
+# its stateless calls do), answering {"cells": [answer, ...]} or, where only the forked session is
+# exact (a cell stopped at its limit, a thread left running, an atexit function), {"fallback": true}.
+import atexit
 import base64
 import builtins
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -143,6 +149,45 @@ def run(req, scratch, own_main):
         os.chdir(scratch)
         shutil.rmtree(work, ignore_errors=True)
     return reply
+
+
+# Code that may leave something in this process beyond its scope (a thread, a signal handler, an
+# atexit function, a child): a session of such cells is run forked from the start.
+PROCESS_WORDS = re.compile(r'\b(threading|_thread|atexit|signal|setitimer|alarm|multiprocessing|concurrent|subprocess|fork\w*|sched)\b')
+
+
+def run_cells(req, scratch, own_main):
+    """A whole session at once, in this process (`{"op": "cells", "cells": [...], "files"?}`): a
+    fresh `__main__` scope and working folder, the cells one after the other in them, as a forked
+    session would run them, with no fork at all: [answer, ...] with `rolled_back: false`. What only
+    processes can give exactly (a cell stopped at its limit, whose session must stay as it was; a
+    cell that leaves a thread running, or registers an atexit function, which a session's state
+    would not keep) answers {"fallback": true} instead, and the caller runs the session forked."""
+    if any(PROCESS_WORDS.search(one['code']) for one in req['cells']):
+        return {'fallback': True}  # threads, signals, processes, atexit: the forked session's
+    work = tempfile.mkdtemp(dir=scratch)
+    write_files(work, req.get('files'))
+    main = type(sys)('__main__')
+    main.__builtins__ = builtins
+    answers = []
+    try:
+        for one in req['cells']:
+            os.chdir(work)
+            std_streams(one.get('input', ''))
+            sys.modules['__main__'] = main
+            before = atexit._ncallbacks()
+            status, cost, timed_out = timed_cell(one, main.__dict__, exit_funcs=False)
+            sys.modules['__main__'] = own_main
+            if timed_out or threads() > 1 or atexit._ncallbacks() != before:
+                return {'fallback': True}
+            answers.append({**answer(one, status, cost, timed_out), 'rolled_back': False})
+        return {'cells': answers}
+    finally:
+        sys.modules['__main__'] = own_main
+        if atexit._ncallbacks() > 0:
+            atexit._clear()  # a cell's, never run (the fallback runs the session where they belong)
+        os.chdir(scratch)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def read_line(fd):
@@ -332,6 +377,8 @@ def cell_process(req, main, status_w, go_r, cmd_r, ans_w, work, backup):
 
 def serve(req, scratch, own_main, sessions):
     op = req.get('op', 'run')
+    if op == 'cells':
+        return run_cells(req, scratch, own_main)
     if op == 'open':
         return {'session': sessions.create(req.get('files'))}
     sid = req.get('session')

@@ -129,16 +129,8 @@ export function warmRunner(
   }
 
   /** A call's answer as the sandbox's result: `toResult` over the raw exit, cost and outputs. */
-  function result(call: CodeCall, line: string): SubmissionResult {
-    const a = JSON.parse(line) as {
-      exit: number;
-      cost: number;
-      timed_out: boolean;
-      stdout: string;
-      stderr: string;
-      rolled_back?: boolean;
-      error?: string;
-    };
+  function result(call: CodeCall, line: string | WarmAnswer): SubmissionResult {
+    const a = typeof line === 'string' ? (JSON.parse(line) as WarmAnswer) : line;
     if (a.error !== undefined) throw new Error(`warm runner: ${a.error}`);
     const raw: RawResult = {
       exit: a.exit,
@@ -167,6 +159,17 @@ export function warmRunner(
 
   async function runCells(calls: CodeCall[], files?: Record<string, string>): Promise<SubmissionResult[]> {
     const encoded = encodeFiles(files);
+    // The whole session in the runner's own process first (no fork); a forked one where only that is exact.
+    const cells = calls.map((c) => ({ code: c.code, input: c.input, timeout, keep }));
+    const batch = JSON.parse(
+      await request({ op: 'cells', cells, ...(encoded ? { files: encoded } : {}) }),
+    ) as {
+      cells?: WarmAnswer[];
+      fallback?: boolean;
+      error?: string;
+    };
+    if (batch.error !== undefined) throw new Error(`warm runner: ${batch.error}`);
+    if (batch.cells) return batch.cells.map((a, i) => result(calls[i] as CodeCall, a));
     const opened = await request({ op: 'open', ...(encoded ? { files: encoded } : {}) });
     const { session } = JSON.parse(opened) as { session: string };
     try {
@@ -190,10 +193,20 @@ export function warmRunner(
   };
 }
 
+/** One answer of the warm runner (warm.py `answer`), outputs base64. */
+interface WarmAnswer {
+  exit: number;
+  cost: number;
+  timed_out: boolean;
+  stdout: string;
+  stderr: string;
+  rolled_back?: boolean;
+  error?: string;
+}
+
 /**
  * Several runners as one: a batch of calls is split over them in order, a session goes to the one
- * with the fewest sessions in flight. The warm runner is one process, so sft-data runs one per core
- * (the session demonstrations fork for every cell and took 13 min of one core for 5,000 tasks).
+ * with the fewest sessions in flight. The warm runner is one process, so sft-data runs one per core.
  */
 export function pooledRunner(runners: ToolRunner[]): ToolRunner {
   if (runners.length === 1) return runners[0] as ToolRunner;

@@ -1,9 +1,10 @@
 // Catches: the warm runner's sessions (sft-data --tool-state session) not following the sandbox's
-// cell rules: state lost between cells, an exception undoing what ran before it, a cell killed at
-// its limit changing the session (variables or files), a cell's background thread living on in
-// the session's state, session processes left behind; and the curriculum's session-only
-// demonstration (a second call printing the first call's variable) missing, leaking into stateless
-// data, or carrying a prompt without the session sentence.
+// cell rules (in its own process, or forked where only a fork is exact: a session forked for
+// ordinary cells, or not for a thread or a limit): state lost between cells, an exception undoing
+// what ran before it, a cell killed at its limit changing the session (variables or files), a
+// cell's background thread living on in the session's state, session processes left behind; and
+// the curriculum's session-only demonstration (a second call printing the first call's variable)
+// missing, leaking into stateless data, or carrying a prompt without the session sentence.
 import assert from 'node:assert/strict';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -108,6 +109,31 @@ describe('warmRunner sessions: the sandbox cell rules for trusted code', () => {
       cell('import threading\nprint(threading.active_count(), ticks[0] - left <= 1, left > 0)'),
     ]);
     assert.equal(later.stdout, '1 True True\n', String(later.stderr));
+  });
+
+  it('runs an ordinary session in its own process, and forks one only where that alone is exact', async () => {
+    const runner = (): number => {
+      for (const pid of readdirSync('/proc')) {
+        try {
+          if (/^\d+$/.test(pid) && readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0] === python)
+            return Number(pid);
+        } catch {
+          // gone meanwhile
+        }
+      }
+      return -1;
+    };
+    const pid = runner();
+    const pids = async (cells: { code: string; input: string }[]) =>
+      (await warm.runCells(cells)).map((r) => Number(r.stdout?.trim().split('\n').at(-1) || -1));
+    const getpid = cell('import os as o\nprint(o.getpid())');
+    // Two ordinary cells (the curriculum's): no fork, the runner's own pid both times.
+    assert.deepEqual(await pids([cell('v = 1'), getpid]), [-1, pid]);
+    // A thread, or a cell stopped at its limit: the session is a forked one, cell by cell.
+    const threaded = await pids([cell('import threading\nv = 1'), getpid]);
+    assert.notEqual(threaded[1], pid);
+    const stopped = await pids([cell('while True:\n    pass'), getpid]);
+    assert.notEqual(stopped[1], pid);
   });
 
   it('leaves no session process behind once a session is closed', async () => {
