@@ -286,6 +286,27 @@ describe('GroupToolCache', () => {
     await c.run('p', 'print(1)', '', c1.execute);
     assert.equal(c1.runs, 2);
   });
+
+  it('shares a session cell only with the same history of pure cells before it', async () => {
+    const c = cache(new Map([['p', 8]]));
+    const cell = (code: string) => ({ code, input: '' });
+    const c1 = counter(result('3\n'));
+    const x6 = [cell('x = 6 // 2')];
+    await Promise.all([
+      c.run('p', 'print(x)', '', c1.execute, x6),
+      c.run('p', 'print(x)', '', c1.execute, x6),
+    ]);
+    assert.equal(c1.runs, 1, 'the same history: one run');
+    await c.run('p', 'print(x)', '', c1.execute, [cell('x = 8 // 2')]);
+    await c.run('p', 'print(x)', '', c1.execute, [cell('x = 6 // 2'), cell('x += 1')]);
+    await c.run('p', 'print(x)', '', c1.execute);
+    assert.equal(c1.runs, 4, 'another history, a longer one, or none: each its own key');
+    const impure = [cell('import random\nx = random.randint(1, 9)')];
+    await c.run('p', 'print(x)', '', c1.execute, impure);
+    await c.run('p', 'print(x)', '', c1.execute, impure);
+    assert.equal(c1.runs, 6, 'after an impure cell nothing is shared');
+    assert.equal(c.counts.hits, 1);
+  });
 });
 
 describe('tool cache audit', () => {
