@@ -124,6 +124,13 @@ def answer(req, status, cost, timed_out):
     }
 
 
+def fresh_main():
+    """An empty `__main__` module, as a new interpreter's (a call's or a session's scope)."""
+    main = type(sys)('__main__')
+    main.__builtins__ = builtins
+    return main
+
+
 def write_files(work, files):
     for name, content in (files or {}).items():
         path = os.path.join(work, name)
@@ -139,8 +146,7 @@ def run(req, scratch, own_main):
     write_files(work, req.get('files'))
     os.chdir(work)
     std_streams(req.get('input', ''))
-    main = type(sys)('__main__')
-    main.__builtins__ = builtins
+    main = fresh_main()
     sys.modules['__main__'] = main
     status, cost, timed_out = timed_cell(req, main.__dict__)
     sys.modules['__main__'] = own_main
@@ -167,17 +173,15 @@ def run_cells(req, scratch, own_main):
         return {'fallback': True}  # threads, signals, processes, atexit: the forked session's
     work = tempfile.mkdtemp(dir=scratch)
     write_files(work, req.get('files'))
-    main = type(sys)('__main__')
-    main.__builtins__ = builtins
+    main = fresh_main()
     answers = []
+    sys.modules['__main__'] = main
     try:
         for one in req['cells']:
             os.chdir(work)
             std_streams(one.get('input', ''))
-            sys.modules['__main__'] = main
             before = atexit._ncallbacks()
             status, cost, timed_out = timed_cell(one, main.__dict__, exit_funcs=False)
-            sys.modules['__main__'] = own_main
             if timed_out or threads() > 1 or atexit._ncallbacks() != before:
                 return {'fallback': True}
             answers.append({**answer(one, status, cost, timed_out), 'rolled_back': False})
@@ -238,8 +242,7 @@ class Sessions:
                             os.close(fd)
                         except OSError:
                             pass
-                main = type(sys)('__main__')
-                main.__builtins__ = builtins
+                main = fresh_main()
                 sys.modules['__main__'] = main
                 holder(cmd_r, ans_w, main, work)
             finally:

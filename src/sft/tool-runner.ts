@@ -129,8 +129,8 @@ export function warmRunner(
   }
 
   /** A call's answer as the sandbox's result: `toResult` over the raw exit, cost and outputs. */
-  function result(call: CodeCall, line: string | WarmAnswer): SubmissionResult {
-    const a = typeof line === 'string' ? (JSON.parse(line) as WarmAnswer) : line;
+  function result(call: CodeCall, answer: string | WarmAnswer): SubmissionResult {
+    const a = typeof answer === 'string' ? (JSON.parse(answer) as WarmAnswer) : answer;
     if (a.error !== undefined) throw new Error(`warm runner: ${a.error}`);
     const raw: RawResult = {
       exit: a.exit,
