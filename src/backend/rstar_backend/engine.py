@@ -1123,8 +1123,11 @@ def serve_until_signal(server, engine):
     import signal
 
     def stop(signum, frame):
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for which in (signal.SIGINT, signal.SIGTERM):
+            try:
+                signal.signal(which, signal.SIG_IGN)
+            except OSError:
+                pass  # the second signal was already pending: CPython drops it, which is the point
         raise Stop()
 
     signal.signal(signal.SIGINT, stop)
