@@ -29,6 +29,8 @@ export interface GrouperOptions {
 export class Grouper<T> {
   readonly #size: number | undefined;
   readonly #open = new Map<string, Member<T>[]>();
+  /** The size each open group was declared with (a branch group's own). */
+  readonly #sizes = new Map<string, { size: number | undefined; branch: boolean }>();
   /** Keys already emitted (a few bytes per group), so a straggler is an error, not a new group. */
   readonly #done = new Set<string>();
 
@@ -41,17 +43,27 @@ export class Grouper<T> {
     return this.#open.size;
   }
 
-  /** Adds one record; returns its group when that record completed it (only with a size). */
-  add(key: string, member: Member<T>): Group<T> | undefined {
+  /**
+   * Adds one record; returns its group when that record completed it (only with a size). A branch
+   * of tree rollouts names its siblings (`siblings`, its `branch.of`): its group holds them all, or
+   * as many as a --keep upstream left (roc-filter keeps min(siblings, keep)), so its size is the
+   * smaller of the two; it streams only when a size is declared, like a problem's group.
+   */
+  add(key: string, member: Member<T>, siblings?: number): Group<T> | undefined {
+    const size =
+      siblings !== undefined && this.#size !== undefined ? Math.min(siblings, this.#size) : this.#size;
     if (this.#done.has(key)) {
       throw new DataError(
-        `${member.where}: problem_id: group '${key}' already had its ${this.#size} records (--group-size ${this.#size})`,
+        siblings === undefined
+          ? `${member.where}: problem_id: group '${key}' already had its ${this.#size} records (--group-size ${this.#size})`
+          : `${member.where}: branch: branch group '${key}' already had its ${size} records (min of branch.of ${siblings} and --group-size ${this.#size})`,
       );
     }
     let members = this.#open.get(key);
     if (members === undefined) {
       members = [];
       this.#open.set(key, members);
+      this.#sizes.set(key, { size, branch: siblings !== undefined });
     }
     for (const other of members) {
       if (other.sample === member.sample) {
@@ -64,8 +76,9 @@ export class Grouper<T> {
       }
     }
     members.push(member);
-    if (this.#size !== undefined && members.length === this.#size) {
+    if (size !== undefined && members.length === size) {
       this.#open.delete(key);
+      this.#sizes.delete(key);
       this.#done.add(key);
       return { key, members: sorted(members) };
     }
@@ -79,14 +92,18 @@ export class Grouper<T> {
   finish(): Group<T>[] {
     const out: Group<T>[] = [];
     for (const [key, members] of this.#open) {
-      if (this.#size !== undefined) {
+      const declared = this.#sizes.get(key);
+      if (declared?.size !== undefined) {
         throw new DataError(
-          `${members[0].where}: problem_id: group '${key}' has ${members.length} records at end of input, --group-size says ${this.#size}`,
+          declared.branch
+            ? `${members[0].where}: branch: branch group '${key}' has ${members.length} records at end of input, expected ${declared.size}`
+            : `${members[0].where}: problem_id: group '${key}' has ${members.length} records at end of input, --group-size says ${this.#size}`,
         );
       }
       out.push({ key, members: sorted(members) });
     }
     this.#open.clear();
+    this.#sizes.clear();
     return out;
   }
 }
@@ -244,7 +261,7 @@ export function readTrajectoryGroups<T>(
         id: record.id,
         where: `${entry.source}:${entry.line}`,
       };
-      const done = grouper.add(record.problem_id, member);
+      const done = grouper.add(record.group, member, record.groupSize);
       if (done) yield done;
     }
     if (at.eof) complete = true; // before the last groups go out: --max-error-share checks first

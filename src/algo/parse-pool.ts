@@ -10,6 +10,7 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import { DataError } from '../errors.js';
 import { parseLine, type SourceLine } from '../ndjson/index.js';
 import { Trajectory } from '../records/index.js';
+import { branchGroupKey } from '../records/trajectory.js';
 import { type PenaltyMode, type ScoredText, scoreText } from './penalty.js';
 import { trajectoryToolUse } from './tool-use.js';
 
@@ -40,6 +41,10 @@ const ADDED: Record<ParseTask['kind'], readonly string[]> = {
 
 export interface ParsedRecord {
   problem_id: string;
+  /** The group it is credited in: its problem, or its branch point (tree rollouts, `branchGroupKey`). */
+  group: string;
+  /** A branch's group size (its siblings, `branch.of`): a root sample's is the command's --group-size. */
+  groupSize?: number;
   sample: number;
   id: string;
   reward: number;
@@ -70,8 +75,14 @@ export function parseTrajectory(entry: SourceLine, task: ParseTask): ParsedRecor
   const record = parseLine(Trajectory, entry);
   const added = ADDED[task.kind];
   const had = added.some((f) => record[f] !== undefined);
+  // A branch is scored on what it did after its branch point: the failed call it branched from is
+  // its parent's, and every sibling shares it.
+  const ownText = record.branch ? record.text.slice(record.branch.text_offset) : record.text;
+  const ownStatus = record.branch ? record.tool_status?.slice(record.branch.calls) : record.tool_status;
   return {
     problem_id: record.problem_id,
+    group: branchGroupKey(record),
+    ...(record.branch ? { groupSize: record.branch.of } : {}),
     sample: record.sample,
     id: record.id,
     reward: record.reward,
@@ -79,8 +90,9 @@ export function parseTrajectory(entry: SourceLine, task: ParseTask): ParsedRecor
     without: had
       ? JSON.stringify({ ...record, ...Object.fromEntries(added.map((f) => [f, undefined])) })
       : undefined,
-    scored: task.kind === 'roc' ? scoreText(record.text, task.penalty) : undefined,
-    recovered: task.kind === 'roc' ? recoveredCall(record.tool_status) : undefined,
+    scored: task.kind === 'roc' ? scoreText(ownText, task.penalty) : undefined,
+    recovered:
+      task.kind === 'roc' ? recoveredCall(record.branch ? record.tool_status : ownStatus) : undefined,
     responseLength: record.response_ids.length,
     tokens:
       task.kind === 'advantage' && task.steps

@@ -21,6 +21,8 @@ import { groupStageOptions } from './group-options.js';
 interface Scored extends ScoredText, StageItem {
   /** A failed call followed later by a successful one (tool_status). */
   recovered: boolean;
+  /** A branch of tree rollouts: its siblings (`branch.of`). */
+  branchOf?: number;
 }
 
 /** The summary: the release's `reject_equal_reward/*`, `roc_error_ratio/*` and `roc_answer_format/*` metrics. */
@@ -130,7 +132,11 @@ export async function run(argv: string[]): Promise<void> {
     file: cmd.args[0],
     flags: opts,
     task: { kind: 'roc', penalty: opts.penalty },
-    fields: (record) => ({ ...(record.scored as ScoredText), recovered: record.recovered === true }),
+    fields: (record) => ({
+      ...(record.scored as ScoredText),
+      recovered: record.recovered === true,
+      ...(record.groupSize !== undefined ? { branchOf: record.groupSize } : {}),
+    }),
     counts: stats,
     each: async (group, members, out) => {
       const items = members.map((m) => m.item);
@@ -140,6 +146,10 @@ export async function run(argv: string[]): Promise<void> {
         if (rewardsAllZero(rewards)) stats.equal_reward_all_zero += 1;
         else stats.equal_reward_non_zero += 1;
       }
+      // A branch group keeps at most --keep of its siblings: fewer siblings than --keep is not a
+      // group too small to train on, as a problem's would be.
+      const branchOf = items[0]?.branchOf;
+      const keep = branchOf !== undefined ? Math.min(opts.keep, branchOf) : opts.keep;
       const decision = rocSelect(
         items.map((s, i) => ({
           sample: members[i].sample,
@@ -148,9 +158,9 @@ export async function run(argv: string[]): Promise<void> {
           recovered: s.recovered,
         })),
         {
-          keep: opts.keep,
-          minPos: opts.minPos,
-          minNeg: opts.minNeg,
+          keep,
+          minPos: branchOf !== undefined ? Math.min(opts.minPos, keep) : opts.minPos,
+          minNeg: branchOf !== undefined ? Math.min(opts.minNeg, keep) : opts.minNeg,
           rejectEqual: opts.rejectEqual,
           positives: opts.positives,
           reserveRecovered: opts.reserveRecovered,

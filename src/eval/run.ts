@@ -67,6 +67,11 @@ export async function evaluateBenchmark(
         `${where}: problem_id: '${trajectory.problem_id}' is not a problem of ${benchmark}`,
       );
     }
+    if (trajectory.branch !== undefined) {
+      throw new DataError(
+        `${where}: branch: '${trajectory.id}' is a branch of '${trajectory.branch.parent}' (rollout --branch), not a sample of its problem: evaluate root samples only`,
+      );
+    }
     const key = `${trajectory.problem_id}\u0000${trajectory.sample}`;
     if (seen.has(key)) {
       throw new DataError(

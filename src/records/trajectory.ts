@@ -42,6 +42,28 @@ export const Timing = z.looseObject({ queued_ms: z.number(), generate_ms: z.numb
 
 const count = z.int().nonnegative();
 
+/** Where a branch of tree rollouts starts in its parent (see `Trajectory.branch`). */
+export const Branch = z.object({
+  parent: z.string().min(1).describe('id of the trajectory it branched from'),
+  offset: count.describe('response tokens before the branch point (the shared prefix; loss_mask 0 there)'),
+  text_offset: count.describe('characters of `text` before the branch point'),
+  turn: count.describe('model turns before the branch point'),
+  calls: count.describe(
+    "tool calls before the branch point (the first `calls` of tool_status are the prefix's)",
+  ),
+  index: count.describe('its index among its siblings'),
+  of: z
+    .int()
+    .positive()
+    .describe('siblings branched from the same point (its group in roc-filter and advantage)'),
+});
+export type Branch = z.output<typeof Branch>;
+
+/** The group a trajectory belongs to in roc-filter and advantage: its problem, or its branch point. */
+export function branchGroupKey(t: { problem_id: string; branch?: Branch }): string {
+  return t.branch === undefined ? t.problem_id : `${t.branch.parent}@${t.branch.offset}`;
+}
+
 /**
  * One sampled trajectory: token ids end to end, with the mask that separates model tokens (1) from
  * tool/environment tokens (0). Unknown fields pass through so later commands can add theirs.
@@ -128,6 +150,17 @@ export const Trajectory = z
       .describe(
         'session mode: times a lost session was rebuilt by replaying its earlier finished cells (absent when none)',
       ),
+    /**
+     * Tree rollouts (`rollout --branch K`): this trajectory continues another from the state just
+     * after one of its failed tool calls. Its `response_ids` hold the shared prefix (the context it
+     * was generated from) and what it generated; `loss_mask` is 0 on the prefix, so the prefix is
+     * trained once, with its parent. Counts (`turns`, `tool_calls`, `tool_status`) cover the whole
+     * response; `branch` says where its own part begins. Its siblings and it form a group of their
+     * own in roc-filter and advantage (`branchGroupKey`).
+     */
+    branch: Branch.optional().describe(
+      'tree rollouts: the trajectory this one branched from and where (its own part starts at response token `offset`, text character `text_offset`, after `turn` turns and `calls` tool calls); absent for a root sample',
+    ),
     /** Present when `finish` is `error`: which service failed and how. */
     error: TrajectoryError.optional().describe('present when finish is error: which service failed and how'),
   })
@@ -155,6 +188,29 @@ export const Trajectory = z
           code: 'custom',
           path: ['tool_status'],
           message: `${t.tool_status.length} statuses (${notOk} not ok) for ${t.tool_calls} tool calls (${t.tool_errors} errors)`,
+        });
+      }
+    }
+    if (t.branch !== undefined) {
+      const b = t.branch;
+      if (b.offset > n || b.text_offset > t.text.length || b.calls > t.tool_calls || b.turn > t.turns) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['branch'],
+          message: `branch point (offset ${b.offset}, text_offset ${b.text_offset}, turn ${b.turn}, calls ${b.calls}) lies beyond the trajectory`,
+        });
+      } else if (t.loss_mask.slice(0, b.offset).some((m) => m !== 0)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['loss_mask'],
+          message: `a branch's shared prefix (its first ${b.offset} tokens) must have loss_mask 0`,
+        });
+      }
+      if (b.index >= b.of) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['branch', 'index'],
+          message: `index ${b.index} of ${b.of} siblings`,
         });
       }
     }

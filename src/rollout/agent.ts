@@ -25,6 +25,29 @@ export interface AgentIO {
    * a `ServiceFailure` (the trajectory ends with `finish: "error"`) and an `AgentAbort`.
    */
   runTools(calls: CodeCall[]): Promise<SubmissionResult[]>;
+  /**
+   * Tree rollouts: called when a turn's calls did not all succeed, once their tool turn is appended,
+   * with the state just after it (what a branch continues from). The loop waits for it, so a
+   * session can be forked before this trajectory runs another cell.
+   */
+  afterFailure?(at: AgentSnapshot): Promise<void>;
+}
+
+/**
+ * A trajectory's state between turns: its response so far and its counts. A branch (tree rollouts)
+ * starts from a copy of its parent's, taken just after a failed call's response.
+ */
+export interface AgentSnapshot {
+  response_ids: number[];
+  loss_mask: (0 | 1)[];
+  logprobs: number[];
+  turns: number;
+  tool_calls: number;
+  tool_errors: number;
+  tool_status: CallStatus[];
+  answer_tags: number;
+  /** Consecutive calls that were malformed or failed (`maxInvalidCalls`). */
+  invalid_run: number;
 }
 
 export interface AgentOptions {
@@ -43,6 +66,8 @@ export interface AgentOptions {
    * or failed; the last tool turn is not appended. 0 or absent: no cap (the release).
    */
   maxInvalidCalls?: number;
+  /** Continue from this state (a branch of tree rollouts) instead of the prompt alone. */
+  resume?: AgentSnapshot;
 }
 
 /** The token-level result of one rollout; the Trajectory record minus identity, answer and reward. */
@@ -106,17 +131,18 @@ export async function runAgent(
   // A problem's samples may share one prompt array: this trajectory copies it into a context of
   // its own only when its first turn returns, so a batch waiting for admission holds no copies.
   const prompt_ids: readonly number[] = options.promptIds ?? promptIds(prompt, ctx);
-  let context: number[] | undefined;
-  const response_ids: number[] = [];
-  const loss_mask: (0 | 1)[] = [];
-  const logprobs: number[] = [];
+  const from = options.resume;
+  const response_ids: number[] = from ? [...from.response_ids] : [];
+  const loss_mask: (0 | 1)[] = from ? [...from.loss_mask] : [];
+  const logprobs: number[] = from ? [...from.logprobs] : [];
+  let context: number[] | undefined = from ? [...prompt_ids, ...response_ids] : undefined;
   const timing = { generate_ms: 0, tool_ms: 0 };
-  let turns = 0;
-  let toolCalls = 0;
-  let toolErrors = 0;
-  const toolStatus: CallStatus[] = [];
-  let answerTags = 0;
-  let invalidRun = 0;
+  let turns = from?.turns ?? 0;
+  let toolCalls = from?.tool_calls ?? 0;
+  let toolErrors = from?.tool_errors ?? 0;
+  const toolStatus: CallStatus[] = from ? [...from.tool_status] : [];
+  let answerTags = from?.answer_tags ?? 0;
+  let invalidRun = from?.invalid_run ?? 0;
   let finish: Finish;
   let error: TrajectoryError | undefined;
   const maxInvalid = options.maxInvalidCalls ?? ROLLOUT_DEFAULTS.maxInvalidCalls;
@@ -217,6 +243,19 @@ export async function runAgent(
     for (let i = 0; i < toolIds.length; i++) {
       loss_mask.push(0);
       logprobs.push(0);
+    }
+    if (io.afterFailure && statuses.some((st) => st !== 'ok')) {
+      await io.afterFailure({
+        response_ids: [...response_ids],
+        loss_mask: [...loss_mask],
+        logprobs: [...logprobs],
+        turns,
+        tool_calls: toolCalls,
+        tool_errors: toolErrors,
+        tool_status: [...toolStatus],
+        answer_tags: answerTags,
+        invalid_run: invalidRun,
+      });
     }
   }
 

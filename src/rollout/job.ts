@@ -2,6 +2,13 @@ import type { Trajectory } from '../records/trajectory.js';
 import { encodeFiles, type SandboxClient, SandboxError } from '../sandbox/client.js';
 import type { Job, Turn } from './admission.js';
 import { AgentAbort, type AgentIO, type AgentOptions, runAgent, ServiceFailure } from './agent.js';
+import {
+  type BranchOptions,
+  type BranchStart,
+  branchRecord,
+  claimBranches,
+  releaseBranches,
+} from './branch.js';
 import { type ProtocolContext, promptIds } from './protocol.js';
 import { type ScoreOptions, scoreTrajectory, trajectoryRecord } from './record.js';
 import type { Scheduler } from './scheduler.js';
@@ -28,6 +35,17 @@ export interface JobContext extends TurnContext {
   toolCache?: GroupToolCache;
   /** Session mode (`protocol.toolState`): the trajectories' sessions open now, closed when the run ends. */
   sessions: OpenSessions;
+  /** Tree rollouts (`--branch K`): continuations per failed call and the budget they draw on. */
+  branch?: BranchOptions;
+  /** Starts more jobs (a sample's branches) in this run; the run waits for them too. */
+  spawn(jobs: RunnableJob[]): void;
+}
+
+/** A job as the run starts it: a sample of a problem, or a branch of one (with its forked session). */
+export interface RunnableJob extends Job {
+  branch?: BranchStart;
+  /** Session mode: the branch's session, forked from its parent's at the branch point. */
+  forked?: ToolSession;
 }
 
 /**
@@ -65,14 +83,15 @@ async function runTools(
 }
 
 /** Runs one job through the agent loop, its turns through the scheduler, and returns its scored record. */
-export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
+export async function runJob(run: JobContext, job: RunnableJob): Promise<Trajectory> {
   const timing = { queuedMs: 0, generateMs: 0 };
   // Under one-step-off the engines may load newer weights while a trajectory is under way, so the
   // policy that generated it is known per turn, not per step.
-  const versions: (string | undefined)[] = [];
+  const versions: (string | undefined)[] = job.branch ? [...job.branch.versions] : [];
   const files = encodeFiles(job.problem.files);
   const session =
-    run.protocol.toolState === 'session'
+    job.forked ??
+    (run.protocol.toolState === 'session'
       ? new ToolSession(
           run.sandbox,
           run.ended,
@@ -80,7 +99,7 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
           files,
           run.toolCache && { cache: run.toolCache, problem: job.problem.id },
         )
-      : undefined;
+      : undefined);
   const io: AgentIO = {
     async generate(context, maxNew, turn) {
       const t0 = run.clock();
@@ -96,20 +115,57 @@ export async function runJob(run: JobContext, job: Job): Promise<Trajectory> {
       return runTools(run, job.problem.id, calls, session, files);
     },
   };
+  const branching = run.branch;
+  if (branching && !job.branch) {
+    let branched = false;
+    // A sample branches at its first failed call only: later ones would spend the budget on the
+    // same few trajectories, and a branch never branches again.
+    io.afterFailure = async (at) => {
+      if (branched) return;
+      branched = true;
+      const k = claimBranches(branching);
+      if (k === 0) return;
+      let forks: ToolSession[] = [];
+      try {
+        if (session) for (let i = 0; i < k; i++) forks.push(await session.fork());
+      } catch (error) {
+        await Promise.all(forks.map((f) => f.close()));
+        if (error instanceof AgentAbort) throw error;
+        // The sandbox could not fork: this sample goes on unbranched, its budget back for others.
+        releaseBranches(branching, k);
+        forks = [];
+        return;
+      }
+      run.toolCache?.adopt(job.problem.id, k);
+      run.spawn(
+        Array.from({ length: k }, (_, index) => ({
+          problem: job.problem,
+          group: job.group,
+          sample: index,
+          id: `${job.id}/b${index}`,
+          branch: { parent: job.id, at, index, of: k, versions: [...versions] },
+          ...(session ? { forked: forks[index] } : {}),
+        })),
+      );
+    };
+  }
   let ids = run.promptCache.get(job.problem.id);
   if (ids === undefined) {
     ids = promptIds(job.problem, run.protocol);
     run.promptCache.set(job.problem.id, ids);
   }
   // The session goes with its trajectory, however it ends (answer, turns, budget, error, abort).
-  const r = await runAgent(job.problem.prompt, run.protocol, io, { ...run.agent, promptIds: ids }).finally(
-    async () => {
-      run.toolCache?.finished(job.problem.id);
-      await session?.close();
-    },
-  );
+  const r = await runAgent(job.problem.prompt, run.protocol, io, {
+    ...run.agent,
+    promptIds: ids,
+    ...(job.branch ? { resume: job.branch.at } : {}),
+  }).finally(async () => {
+    run.toolCache?.finished(job.problem.id);
+    await session?.close();
+  });
   run.core.forget(job.id);
-  const record = trajectoryRecord(job, run.policy, r, scoreTrajectory(job.problem, r, run.score), timing);
+  let record = trajectoryRecord(job, run.policy, r, scoreTrajectory(job.problem, r, run.score), timing);
+  if (job.branch) record = branchRecord(record, job.branch, run.protocol);
   if (versions.length > 0 && versions.every((v) => v !== undefined))
     record.turn_versions = versions as string[];
   if (session) {

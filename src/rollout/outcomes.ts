@@ -55,9 +55,14 @@ export class ErrorBudget {
   #first: string | undefined;
 
   constructor(
-    private readonly total: number,
+    private total: number,
     private readonly maxShare: number,
   ) {}
+
+  /** More trajectories in the run (a sample's branches). */
+  grow(count: number): void {
+    this.total += count;
+  }
 
   /** Counts `t`; throws once the failures are more than the budget allows. */
   count(t: Trajectory): void {

@@ -18,13 +18,18 @@ export class ProgressMeter {
   readonly #started: number;
 
   constructor(
-    readonly total: number,
+    public total: number,
     private readonly engines: readonly EngineClient[],
     private readonly stats: () => EngineStats[],
     private readonly clock: () => number,
     private readonly onProgress: ((p: RolloutProgress) => void) | undefined,
   ) {
     this.#started = clock();
+  }
+
+  /** More trajectories to wait for (a sample's branches). */
+  grow(count: number): void {
+    this.total += count;
   }
 
   get done(): number {

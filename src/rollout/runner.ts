@@ -3,10 +3,11 @@ import type { Trajectory } from '../records/trajectory.js';
 import type { Compat } from '../reward/index.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { expandJobs, openAdmission } from './admission.js';
+import type { BranchOptions } from './branch.js';
 import { ROLLOUT_DEFAULTS } from './defaults.js';
 import { EngineHealth } from './engine-health.js';
 import type { EngineClient } from './engines.js';
-import { type JobContext, runJob } from './job.js';
+import { type JobContext, type RunnableJob, runJob } from './job.js';
 import { ErrorBudget, Outcomes } from './outcomes.js';
 import { ProgressMeter, type RolloutProgress } from './progress.js';
 import type { ProtocolContext } from './protocol.js';
@@ -82,6 +83,11 @@ export interface RolloutOptions {
   /** `policy` field of each trajectory; default: the first engine's model path. */
   policy?: string;
   compat?: Compat;
+  /**
+   * Tree rollouts: K continuations from the state just after a sample's first failed tool call,
+   * drawing on `budget` (shared by the rounds of one step). Absent: no branches.
+   */
+  branch?: BranchOptions;
   /** Called after every finished trajectory and engine event; for progress bars. */
   onProgress?: (p: RolloutProgress) => void;
 }
@@ -135,6 +141,12 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     options.scrapeMs ?? ROLLOUT_DEFAULTS.scrapeMs,
     () => meter.report(),
   );
+  let expected = jobs.length;
+  const start = (job: RunnableJob) =>
+    runJob(run, job).then(
+      (t) => outcomes.push(t),
+      (error: unknown) => outcomes.fail(error),
+    );
   const run: JobContext = {
     engines,
     core,
@@ -172,19 +184,23 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
             counts: options.toolCacheCounts,
           })
         : undefined,
+    branch: options.branch,
+    spawn(more) {
+      expected += more.length;
+      meter.grow(more.length);
+      budget.grow(more.length);
+      for (const job of more) start(job);
+    },
   };
 
   health.start();
   try {
     // Every job starts at once and waits in the scheduler, which admits `concurrency` of them at
     // a time in its start order; finished ones are handed out in completion order.
-    for (const job of jobs) {
-      runJob(run, job).then(
-        (t) => outcomes.push(t),
-        (error: unknown) => outcomes.fail(error),
-      );
-    }
-    while (meter.done < jobs.length) {
+    for (const job of jobs) start(job);
+    // A sample's branches are added while it runs, before it finishes: `expected` is final once
+    // every trajectory so far is in.
+    while (meter.done < expected) {
       const t = await outcomes.next();
       budget.count(t);
       meter.finished();

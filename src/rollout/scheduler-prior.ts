@@ -6,10 +6,12 @@
 
 /** Mean response length in tokens per problem id. */
 export function lengthsByProblem(
-  records: Iterable<{ problem_id: string; response_ids: { readonly length: number } }>,
+  records: Iterable<{ problem_id: string; response_ids: { readonly length: number }; branch?: unknown }>,
 ): Map<string, number> {
   const sum = new Map<string, { tokens: number; n: number }>();
   for (const r of records) {
+    // a branch's length counts its parent's prefix again: not a sample of the problem's lengths
+    if (r.branch !== undefined) continue;
     const x = sum.get(r.problem_id) ?? { tokens: 0, n: 0 };
     x.tokens += r.response_ids.length;
     x.n++;

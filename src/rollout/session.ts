@@ -1,5 +1,5 @@
 import type { SubmissionResult } from '../records/sandbox.js';
-import { type SandboxClient, SessionLost } from '../sandbox/client.js';
+import { type SandboxClient, SandboxError, SessionLost } from '../sandbox/client.js';
 import { AgentAbort, ServiceFailure } from './agent.js';
 import { firstDifference, type GroupToolCache } from './tool-cache.js';
 import type { CodeCall } from './tool-parser.js';
@@ -122,6 +122,39 @@ export class ToolSession {
         }
       }
     }
+  }
+
+  /**
+   * A session for a branch (tree rollouts) that holds this one's state now: the same finished cells,
+   * and, when a live session holds any of them, a fork of it (`POST /sessions/ID/fork`: variables
+   * and files copied), so its cells run on from exactly where this trajectory stood. Cells the
+   * live session does not hold (answered by the group cache) are replayed into the fork when it
+   * first runs a cell, as after a loss; a fork of a session the service lost starts that way too.
+   */
+  async fork(): Promise<ToolSession> {
+    if (this.#closed || this.ended()) throw new AgentAbort('rollout stopped');
+    const child = new ToolSession(this.sandbox, this.ended, this.open, this.files, this.shared);
+    child.#cells.push(...this.#cells);
+    child.#seen.push(...this.#seen);
+    const id = this.#id;
+    if (id === undefined || this.#applied === 0) return child;
+    let copy: string;
+    try {
+      copy = await this.sandbox.forkSession(id);
+    } catch (error) {
+      if (lost(error)) return child;
+      if (error instanceof SandboxError && error.kind !== 'auth')
+        throw new ServiceFailure('sandbox', error.message);
+      throw error;
+    }
+    if (this.#closed || this.ended()) {
+      await this.sandbox.closeSession(copy).catch(() => {});
+      throw new AgentAbort('rollout stopped');
+    }
+    child.#id = copy;
+    child.#applied = this.#applied;
+    this.open.add(child);
+    return child;
   }
 
   /** Closes the session if one was opened; idempotent, and never fails the trajectory. */

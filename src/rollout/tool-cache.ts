@@ -212,6 +212,12 @@ export class GroupToolCache {
     );
   }
 
+  /** `count` more trajectories of `problem` (a sample's branches) will use its results. */
+  adopt(problem: string, count: number): void {
+    const group = this.#groups.get(problem);
+    if (group !== undefined) group.left += count;
+  }
+
   /** One trajectory of `problem` has finished; the group's results go with its last one. */
   finished(problem: string): void {
     const group = this.#groups.get(problem);
