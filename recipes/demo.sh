@@ -19,8 +19,9 @@
 #   RSTAR_DEMO_MINI_BATCHES [2]   RSTAR_DEMO_DOWN_SAMPLE [roc; none: plain GRPO]
 #   RSTAR_DEMO_POSITIVES [sorted: RoC keeps the cleanest positives; weighted: samples them by 1/(0.1 + penalty),
 #     keeping some that failed a call and fixed it] (roc-filter --positives)
-#   RSTAR_DEMO_RESERVE_RECOVERED [0]  RSTAR_DEMO_STEP_WEIGHT [0]  RSTAR_DEMO_OVERLONG_BUFFER [0]: the credit
-#     levers of issue 41, off until measured (RSTAR_RL_RESERVE_RECOVERED, _STEP_WEIGHT, _OVERLONG_BUFFER in rl.sh)
+#   RSTAR_DEMO_RESERVE_RECOVERED [0]  RSTAR_DEMO_STEP_WEIGHT [0]  RSTAR_DEMO_OVERLONG_BUFFER [0]  RSTAR_DEMO_BRANCH [0]:
+#     the credit levers of issue 41, off until measured (RSTAR_RL_RESERVE_RECOVERED, _STEP_WEIGHT,
+#     _OVERLONG_BUFFER, _BRANCH in rl.sh)
 #   RSTAR_DEMO_DYNAMIC [2: dynamic sampling, up to 2x the problems until every step has B mixed groups;
 #     1: off] (docs/experiments/2026-12-02-dynamic-sampling.md)
 #   RSTAR_DEMO_OVERSAMPLE [0: B problems, then refill rounds; 1: a step's first round already samples
@@ -114,9 +115,11 @@ POSITIVES=${RSTAR_DEMO_POSITIVES:-sorted}
 [[ $POSITIVES == sorted ]] || SETTINGS+=(RSTAR_DEMO_POSITIVES="$POSITIVES")
 RESERVE_RECOVERED=${RSTAR_DEMO_RESERVE_RECOVERED:-0}
 STEP_WEIGHT=${RSTAR_DEMO_STEP_WEIGHT:-0}
+BRANCH=${RSTAR_DEMO_BRANCH:-0}
 OVERLONG_BUFFER=${RSTAR_DEMO_OVERLONG_BUFFER:-0}
 [[ $RESERVE_RECOVERED == 0 ]] || SETTINGS+=(RSTAR_DEMO_RESERVE_RECOVERED="$RESERVE_RECOVERED")
 [[ $STEP_WEIGHT == 0 ]] || SETTINGS+=(RSTAR_DEMO_STEP_WEIGHT="$STEP_WEIGHT")
+[[ $BRANCH == 0 ]] || SETTINGS+=(RSTAR_DEMO_BRANCH="$BRANCH")
 [[ $OVERLONG_BUFFER == 0 ]] || SETTINGS+=(RSTAR_DEMO_OVERLONG_BUFFER="$OVERLONG_BUFFER")
 check_manifest "$OUT/manifest.txt" "$earlier" "$OUT" "${SETTINGS[@]}"
 # The SFT checkpoint this run would reuse: made with this run's RSTAR_SFT_* settings? (sft.sh's own
@@ -204,6 +207,7 @@ export RSTAR_RL_TOOL_CACHE_AUDIT=${RSTAR_DEMO_TOOL_CACHE_AUDIT:-0.05}
 export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR_DEMO_SEED:-0}
 export RSTAR_RL_POSITIVES=$POSITIVES
 export RSTAR_RL_RESERVE_RECOVERED=$RESERVE_RECOVERED RSTAR_RL_STEP_WEIGHT=$STEP_WEIGHT RSTAR_RL_OVERLONG_BUFFER=$OVERLONG_BUFFER
+export RSTAR_RL_BRANCH=$BRANCH
 # the curve's steps stay until they are evaluated (after their stage), and after: a rerun finds them
 export RSTAR_RL_KEEP_CHECKPOINTS=$KEEP_CHECKPOINTS RSTAR_RL_KEEP_EVERY=$CURVE_EVERY
 export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_OVERSAMPLE=${RSTAR_DEMO_OVERSAMPLE:-0} RSTAR_RL_REFILL=${RSTAR_DEMO_REFILL:-streaming} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS

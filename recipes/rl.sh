@@ -27,6 +27,9 @@
 #                       later successful one (roc-filter --reserve-recovered; docs/roc.md)
 #   RSTAR_RL_STEP_WEIGHT [0: off]  RSTAR_RL_GAMMA [0.95]  step-level (GiGPO-style) advantages added with weight W,
 #                       returns discounted by G per later turn (advantage --step-weight, --gamma)
+#   RSTAR_RL_BRANCH [0: off]  RSTAR_RL_BRANCH_BUDGET [N*B/2]  tree rollouts: K more continuations from the state
+#                       just after a sample's first failed call, at most BUDGET branch samples a step
+#                       (rollout --branch, --branch-budget; trained in groups of their own: docs/rollout.md)
 #   RSTAR_RL_OVERLONG_BUFFER [0: off]  RSTAR_RL_OVERLONG_PENALTY [1]  DAPO's soft overlong penalty over the last
 #                       L tokens of RSTAR_RL_MAX_TOKENS (advantage --overlong-buffer, --overlong-penalty)
 #   RSTAR_RL_LR [3e-4]  RSTAR_RL_MINI_BATCHES [2]  RSTAR_RL_EPOCHS [1]  RSTAR_RL_MAX_TOKENS [384]
@@ -123,6 +126,16 @@ GAMMA=${RSTAR_RL_GAMMA:-0.95}
 OVERLONG_BUFFER=${RSTAR_RL_OVERLONG_BUFFER:-0}
 OVERLONG_PENALTY=${RSTAR_RL_OVERLONG_PENALTY:-1}
 [[ $RESERVE_RECOVERED == 0 ]] || OPTIONAL_SETTINGS+=(RSTAR_RL_RESERVE_RECOVERED="$RESERVE_RECOVERED")
+BRANCH=${RSTAR_RL_BRANCH:-0}
+BRANCHING=()
+if [[ $BRANCH != 0 ]]; then
+  BRANCHING=(--branch "$BRANCH")
+  OPTIONAL_SETTINGS+=(RSTAR_RL_BRANCH="$BRANCH")
+  if [[ -n ${RSTAR_RL_BRANCH_BUDGET:-} ]]; then
+    BRANCHING+=(--branch-budget "$RSTAR_RL_BRANCH_BUDGET")
+    OPTIONAL_SETTINGS+=(RSTAR_RL_BRANCH_BUDGET="$RSTAR_RL_BRANCH_BUDGET")
+  fi
+fi
 CREDIT=()
 if [[ $STEP_WEIGHT != 0 ]]; then
   OPTIONAL_SETTINGS+=(RSTAR_RL_STEP_WEIGHT="$STEP_WEIGHT" RSTAR_RL_GAMMA="$GAMMA")
@@ -232,7 +245,7 @@ rm -f "$fifo" && mkfifo "$fifo"
   --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" "${OVERSAMPLE[@]}" --refill "$REFILL" \
   "${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$TOKENIZER" --chat-template "$TEMPLATE" \
   --max-tokens "$MAX_TOKENS" --max-turns "$MAX_TURNS" --temperature "$TEMPERATURE" --tool-cache "$TOOL_CACHE" \
-  --tool-cache-audit "$TOOL_CACHE_AUDIT" --tool-state "$TOOL_STATE" \
+  --tool-cache-audit "$TOOL_CACHE_AUDIT" --tool-state "$TOOL_STATE" "${BRANCHING[@]}" \
   --save "$OUT/trajectories/step-{step}.jsonl" --step-stats "$OUT/rollout-steps.jsonl" >"$fifo" &
 rollout_pid=$!
 trained() {

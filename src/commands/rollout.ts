@@ -6,6 +6,7 @@ import { NdjsonWriter, openInput, openOutput, readAll, readRecords } from '../nd
 import { addDeprecatedAlias, choice, integer, interactive, number, parse, program } from '../program.js';
 import { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
+import { branchBudget, defaultBranchBudget } from '../rollout/branch.js';
 import {
   type EngineClient,
   engineClient,
@@ -44,6 +45,7 @@ interface Flags extends SharedRolloutFlags, RunnerFlags {
   refill: 'rounds' | 'streaming';
   save?: string;
   stepStats?: string;
+  lora?: boolean;
 }
 
 /** Mean response length per problem of an earlier rollout, streamed: only the lengths are kept. */
@@ -77,6 +79,10 @@ async function runSteps(problems: Problem[], options: RolloutOptions, f: Flags):
       refill: f.refill,
       seed: f.seed,
       signal: stop.signal,
+      lora: f.lora,
+      ...(f.branch > 0
+        ? { branch: { k: f.branch, budget: f.branchBudget ?? defaultBranchBudget(f.n, f.batch!) } }
+        : {}),
     })) {
       if ('end_batch' in item) {
         if (options.onProgress) process.stderr.write('\n');
@@ -168,7 +174,11 @@ export async function run(argv: string[]): Promise<void> {
       '--save <pattern>',
       "RL loop: also write each step's trajectories to this file ({step}), whole or not at all",
     )
-    .option('--step-stats <file>', "RL loop: append each step's statistics (the end_batch line) to FILE");
+    .option('--step-stats <file>', "RL loop: append each step's statistics (the end_batch line) to FILE")
+    .option(
+      '--lora',
+      'RL loop with LoRA: the engines serve adapters rstar-lora-step-N (train-step --sync); every request names the step\'s adapter (the base for 0) and a reply from another policy is refused',
+    );
   addDeprecatedAlias(cmd, '--kv-tokens <n>', '--max-total-tokens');
   if (!parse(cmd, argv)) return;
   const f = cmd.opts<Flags>();
@@ -184,9 +194,15 @@ export async function run(argv: string[]): Promise<void> {
     if (f.oversample && f.dynamicSampling <= 1) {
       throw new UsageError('--oversample samples ahead of dynamic sampling: give --dynamic-sampling X > 1');
     }
-  } else if (f.batch !== undefined || f.save !== undefined || f.stepStats !== undefined || f.oversample) {
+  } else if (
+    f.batch !== undefined ||
+    f.save !== undefined ||
+    f.stepStats !== undefined ||
+    f.oversample ||
+    f.lora
+  ) {
     throw new UsageError(
-      '--batch, --oversample, --save and --step-stats belong to the RL loop: give --steps S',
+      '--batch, --oversample, --save, --step-stats and --lora belong to the RL loop: give --steps S',
     );
   }
   if (f.engine.length === 0 && f.model === undefined) {
@@ -238,6 +254,8 @@ export async function run(argv: string[]): Promise<void> {
       scrapeMs: f.scrapeMs,
       onProgress: progressOnStderr(),
     };
+    if (f.branchBudget !== undefined && f.branch === 0)
+      throw new UsageError('--branch-budget needs --branch K');
     if (f.steps !== undefined) {
       await runSteps(problems, options, f);
       return;
@@ -247,7 +265,11 @@ export async function run(argv: string[]): Promise<void> {
     const out = openOutput(f.out, { append: true });
     const tty = interactive();
     try {
-      for await (const t of rollout(problems, { ...options, skip, lengths, policy: f.reload })) {
+      const branch =
+        f.branch > 0
+          ? { k: f.branch, budget: branchBudget(f.branchBudget ?? defaultBranchBudget(f.n, problems.length)) }
+          : undefined;
+      for await (const t of rollout(problems, { ...options, skip, lengths, policy: f.reload, branch })) {
         await out.write(t);
         if (out.closed) break;
       }

@@ -49,6 +49,12 @@ export const Step = z.looseObject({
   tis_capped_frac: z.number().optional().describe('token-tis: share of tokens whose IS weight hit the cap'),
   seq_masked_frac: z.number().optional().describe('seq-mask: share of sequences masked out'),
   skipped: z.string().optional().describe('why a numbered step trained nothing'),
+  adapter: z
+    .literal(true)
+    .optional()
+    .describe(
+      'LoRA (--lora-rank/--lora-init): the checkpoint is an adapter folder in PEFT format (adapter_config.json, adapter_model.safetensors) over the base named by its base_model_name_or_path, not a full checkpoint',
+    ),
 });
 export type Step = z.output<typeof Step>;
 
@@ -91,12 +97,28 @@ export const EndBatch = z.looseObject({
       tool_state: z.literal('session').optional(),
       /** With `--tool-state session`: lost sessions rebuilt by replaying their finished cells, over the step. */
       session_replays: z.int().nonnegative().optional(),
+      /** Tokens the model generated this step (loss_mask 1), a branch's own part only: the budget arms are compared at. */
+      generated_tokens: z.int().nonnegative().optional(),
+      /**
+       * With `--branch`: branch points taken, branch samples, those correct, those correct after a
+       * failed call and a later successful one (recovered), infrastructure failures, and their tokens.
+       */
+      branches: z
+        .object({
+          points: z.int().nonnegative(),
+          samples: z.int().nonnegative(),
+          correct: z.int().nonnegative(),
+          recovered: z.int().nonnegative(),
+          errors: z.int().nonnegative(),
+          tokens: z.int().nonnegative(),
+        })
+        .optional(),
       wait_seconds: z.number().nonnegative(),
       seconds: z.number().nonnegative(),
     })
     .optional()
     .describe(
-      "rollout's statistics of the step: problems, trajectories, mean_reward, mixed_groups, refill rounds, policy_version, turns_by_version, tool_cache counts (or tool_state session and its session_replays), tool_use (src/algo/tool-use.ts: trajectories, tool_calls_per_traj, failed_calls_per_traj, unparsable_calls_per_traj, multi_call_share, tool_error_rate, unparsable_call_rate, recovery_rate, positive_tool_error_rate, positive_error_share, accuracy; docs/eval.md) and tool_use_by_family, tool_use_multi_step (the multi-step problems together, meta.steps >= 2), seconds waiting for the policy and in all",
+      "rollout's statistics of the step: problems, trajectories, mean_reward, mixed_groups, refill rounds, policy_version, turns_by_version, tool_cache counts (or tool_state session and its session_replays), tool_use (src/algo/tool-use.ts: trajectories, tool_calls_per_traj, failed_calls_per_traj, unparsable_calls_per_traj, multi_call_share, tool_error_rate, unparsable_call_rate, recovery_rate, positive_tool_error_rate, positive_error_share, accuracy; docs/eval.md) and tool_use_by_family, tool_use_multi_step (the multi-step problems together, meta.steps >= 2; root samples only), generated_tokens, branches (--branch: points, samples, correct, recovered, errors, tokens), seconds waiting for the policy and in all",
     ),
 });
 export type EndBatch = z.output<typeof EndBatch>;

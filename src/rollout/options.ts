@@ -52,6 +52,9 @@ export interface RunnerFlags {
   toolResponseMaxChars: number;
   concurrency: number;
   scrapeMs: number;
+  /** Tree rollouts: continuations per failed call (0: off). */
+  branch: number;
+  branchBudget?: number;
 }
 
 const D = ROLLOUT_DEFAULTS satisfies {
@@ -160,6 +163,16 @@ export function runnerOptions(): Option[] {
       .argParser(integer(0))
       .default(D.scrapeMs),
     deprecatedAlias('--timeout <s>', engineTimeout()),
+    new Option(
+      '--branch <k>',
+      "tree rollouts: sample K more continuations from the state just after a sample's first failed tool call (0: off)",
+    )
+      .argParser(integer(0))
+      .default(0),
+    new Option(
+      '--branch-budget <n>',
+      'with --branch: branch samples per step (--steps) or per run; default half the samples (--n x problems)',
+    ).argParser(integer(0)),
   ];
 }
 

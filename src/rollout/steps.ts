@@ -5,13 +5,15 @@ import {
   type ToolUseSample,
   toolUse,
   toolUseByFamily,
+  trajectoryToolUse,
 } from '../algo/tool-use.js';
 import { fnv1a, mulberry32 } from '../random.js';
 import type { Problem } from '../records/problem.js';
 import type { EndBatch as RecordEndBatch } from '../records/step.js';
 import type { Trajectory } from '../records/trajectory.js';
+import { branchBudget } from './branch.js';
 import { ROLLOUT_DEFAULTS } from './defaults.js';
-import type { EngineClient } from './engines.js';
+import { type EngineClient, loraPolicy, servingPolicy } from './engines.js';
 import { type RolloutOptions, rollout } from './runner.js';
 import { emptyCounts } from './tool-cache.js';
 
@@ -51,6 +53,14 @@ export interface StepOptions {
   pollMs?: number;
   /** Stops waiting (e.g. when downstream has gone away). */
   signal?: AbortSignal;
+  /** Tree rollouts: K continuations per failed call, and the branch samples each step may spend. */
+  branch?: { k: number; budget: number };
+  /**
+   * LoRA: the engines serve adapters named `rstar-lora-step-N` (train-step --sync of an adapter);
+   * each step's requests name the adapter of the policy waited for (the base for 0), and a reply
+   * from another policy ends its trajectory with `finish: "error"`.
+   */
+  lora?: boolean;
 }
 
 /** Problem order: epoch e is a seeded permutation of the set, so a resumed run draws the same batches. */
@@ -227,6 +237,11 @@ async function* streamingStep(
       }
       entry.next = entry.gen.next();
       const t = result.value;
+      // A branch is no sample of its problem's group: it decides nothing about the group's rewards.
+      if (t.branch !== undefined) {
+        yield c.stamp(t);
+        continue;
+      }
       const g = seen.get(t.problem_id) ?? { count: 0, min: Infinity, max: -Infinity };
       g.count += 1;
       const wasMixed = g.min < g.max;
@@ -290,9 +305,24 @@ export async function* rolloutSteps(
     let replays = 0;
     const turnsByVersion: Record<string, number> = {};
     const uses = new StepToolUse(families, multiStep);
+    const budget = options.branch ? branchBudget(options.branch.budget) : undefined;
+    const branches = { correct: 0, recovered: 0, errors: 0, tokens: 0 };
+    let generated = 0;
     const stamp = (t: Trajectory): Trajectory => {
       tally.trajectories += 1;
       replays += t.session_replays ?? 0;
+      // a branch's own tokens only: its prefix was generated (and counted) by its parent
+      const own = t.loss_mask.reduce<number>((n, m) => n + m, 0);
+      generated += own;
+      if (t.branch !== undefined) {
+        branches.tokens += own;
+        if (failed(t)) branches.errors += 1;
+        else if (t.reward > 0) {
+          branches.correct += 1;
+          if (trajectoryToolUse(t).recovered === true) branches.recovered += 1;
+        }
+        return { ...t, step: k, policy_version: String(version) } as Trajectory;
+      }
       for (const v of t.turn_versions ?? []) turnsByVersion[v] = (turnsByVersion[v] ?? 0) + 1;
       uses.add(t);
       if (!failed(t)) {
@@ -304,13 +334,19 @@ export async function* rolloutSteps(
       }
       return { ...t, step: k, policy_version: String(version) } as Trajectory;
     };
+    // with LoRA the whole step asks for one policy, so its trajectories are exactly `version`'s
+    const engines = options.lora
+      ? rolloutOptions.engines.map((e) => servingPolicy(e, loraPolicy(version)))
+      : rolloutOptions.engines;
     const round = (problemsOfRound: Problem[], r: number) => {
       for (const p of problemsOfRound) used.add(p.id);
       return rollout(problemsOfRound, {
         ...rolloutOptions,
+        engines,
         seed: seed * 1_000_003 + k * 101 + r,
         skip: undefined,
         toolCacheCounts: toolCache,
+        ...(options.branch && budget ? { branch: { k: options.branch.k, budget } } : {}),
       });
     };
     let rounds = 0;
@@ -361,6 +397,19 @@ export async function* rolloutSteps(
         ...(toolCache ? { tool_cache: toolCache } : {}),
         ...(session ? { tool_state: 'session' as const, session_replays: replays } : {}),
         ...uses.stats(),
+        generated_tokens: generated,
+        ...(budget
+          ? {
+              branches: {
+                points: budget.points,
+                samples: budget.samples,
+                correct: branches.correct,
+                recovered: branches.recovered,
+                errors: branches.errors,
+                tokens: branches.tokens,
+              },
+            }
+          : {}),
         wait_seconds: Math.round(waited * 1000) / 1000,
         seconds: Math.round((Date.now() - t0) / 10) / 100,
       },

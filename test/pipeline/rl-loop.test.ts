@@ -249,6 +249,56 @@ describe('the streaming RL loop (recipes/rl.sh)', () => {
     assert.equal(typeof adv.overlong_penalized, 'number');
   });
 
+  test('tree rollouts (RSTAR_RL_BRANCH) train end to end: branch groups through roc-filter, advantage and train-step', async () => {
+    // Every sample fails its first call; after the failure, replies alternate right and wrong, so
+    // both the problems' groups and the branch groups are mixed.
+    const failing = await startFakeSglang({
+      tokenizer: TINY,
+      capacity: 100_000,
+      turns: [
+        'I will compute it.\n<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "raise ValueError(1)", "input": ""}}\n</tool_call>',
+        RIGHT,
+      ],
+      cycle: [{ match: 'variant', turn: 1, replies: [RIGHT, WRONG] }],
+    });
+    try {
+      const out = join(dir, 'branch');
+      const { code, log } = await finished(
+        runRecipe(out, {
+          ...env,
+          RSTAR_RL_ENGINE: failing.url,
+          RSTAR_RL_STEPS: '1',
+          RSTAR_RL_BRANCH: '2',
+          RSTAR_RL_MAX_TOKENS: '256',
+        }),
+      );
+      assert.equal(code, 0, log);
+      const manifest = readFileSync(join(out, 'manifest-stage-1.txt'), 'utf8');
+      assert.ok(manifest.split('\n').includes('RSTAR_RL_BRANCH=2'), manifest);
+      const stats = readNdjson<{ stats: { branches: { points: number; samples: number } } }>(
+        join(out, 'rollout-steps.jsonl'),
+      )[0].stats;
+      // 2 problems x 8 samples, all failing: the default budget (half the samples) is 8 branches.
+      assert.deepEqual([stats.branches.points, stats.branches.samples], [4, 8]);
+      const saved = readNdjson<{ branch?: { parent: string }; reward: number }>(
+        join(out, 'trajectories', 'step-1.jsonl'),
+      );
+      const groups = new Map<string, number[]>();
+      for (const t of saved.filter((x) => x.branch)) {
+        const list = groups.get(t.branch!.parent) ?? [];
+        list.push(t.reward);
+        groups.set(t.branch!.parent, list);
+      }
+      const mixed = [...groups.values()].filter((r) => Math.min(...r) !== Math.max(...r)).length;
+      assert.ok(mixed > 0, 'some branch group is mixed');
+      const step = readNdjson<{ sequences: number }>(join(out, 'steps.jsonl'))[0];
+      // keep 4 of each problem's 8, and both siblings of every mixed branch group
+      assert.equal(step.sequences, 2 * 4 + 2 * mixed);
+    } finally {
+      await failing.close();
+    }
+  });
+
   test('RSTAR_RL_ENGINE_PROCS must be a positive whole number', async () => {
     const bad = { ...env, RSTAR_RL_ENGINE: '', RSTAR_RL_ENGINE_PROCS: '0', RSTAR_RL_STEPS: '1' };
     const { code, log } = await finished(runRecipe(join(dir, 'bad-procs'), bad));
