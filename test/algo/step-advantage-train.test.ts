@@ -2,11 +2,11 @@
 // (training every token on the record's one `advantage`), or misplacing them (a per-token array
 // equal to the scalar everywhere must give the very same update as the scalar).
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { lines, ndjson, rstar, smallConfig } from '../support/helpers.js';
+import { lines, ndjson, rstar } from '../support/helpers.js';
+import { tinyModel } from '../support/tiny-model.js';
 
 type Rec = { prompt_ids: number[]; response_ids: number[]; loss_mask: number[]; advantage: number };
 const RECORDS: Rec[] = [
@@ -29,21 +29,7 @@ describe('train-step with per-token advantages', () => {
   let dir: string;
   let m0: string;
   before(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'rstar-step-adv-'));
-    mkdirSync(join(dir, 'cfg'));
-    writeFileSync(join(dir, 'cfg', 'config.json'), JSON.stringify(smallConfig()));
-    writeFileSync(join(dir, 'cfg', 'tokenizer_config.json'), '{"eos_token": "<|im_end|>"}');
-    m0 = join(dir, 'm0');
-    const r = await rstar([
-      'model-init',
-      '--config',
-      join(dir, 'cfg', 'config.json'),
-      '--out',
-      m0,
-      '--seed',
-      '3',
-    ]);
-    assert.equal(r.code, 0, r.stderr);
+    ({ dir, model: m0 } = await tinyModel('rstar-step-adv-'));
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 

@@ -1,7 +1,7 @@
 // Catches: train-step CLI/driver bugs (records sent wrong, bad input accepted, resident mode, data-parallel updates differing from one process); runs the Python backend suites, src/backend/tests.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { execa } from 'execa';
@@ -11,6 +11,7 @@ import { startTrainer } from '../../src/backend/trainer.js';
 import { Step } from '../../src/records/step.js';
 import type { TrainRecord } from '../../src/records/trajectory.js';
 import { lines, ndjson, ROOT, rstar, smallConfig } from '../support/helpers.js';
+import { tinyModel } from '../support/tiny-model.js';
 
 /** A config far smaller than fixtures/tiny, so the tests do not depend on the fixture's sizes. */
 export const SMALL_CONFIG = smallConfig();
@@ -67,27 +68,12 @@ describe('backend: model-init and train-step CLIs', () => {
   let m0: string;
   let data: string;
   before(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'rstar-backend-'));
-    mkdirSync(join(dir, 'cfg'));
-    writeFileSync(join(dir, 'cfg', 'config.json'), JSON.stringify(SMALL_CONFIG));
-    writeFileSync(join(dir, 'cfg', 'tokenizer_config.json'), '{"eos_token": "<|im_end|>"}');
-    writeFileSync(join(dir, 'cfg', 'chat_template.jinja'), '{{ messages }}');
-    m0 = join(dir, 'm0');
+    const tiny = await tinyModel('rstar-backend-', { chatTemplate: true });
+    ({ dir, model: m0 } = tiny);
     data = join(dir, 'batch.jsonl');
     writeFileSync(data, ndjson(records));
-    const r = await rstar([
-      'model-init',
-      '--config',
-      join(dir, 'cfg', 'config.json'),
-      '--out',
-      m0,
-      '--seed',
-      '3',
-    ]);
-    assert.equal(r.code, 0, r.stderr);
-    const out = lines(r.stdout)[0] as { parameters: number; tokenizer_files: string[] };
-    assert.ok(out.parameters > 10_000);
-    assert.deepEqual(out.tokenizer_files, ['chat_template.jinja', 'tokenizer_config.json']);
+    assert.ok(tiny.init.parameters > 10_000);
+    assert.deepEqual(tiny.init.tokenizer_files, ['chat_template.jinja', 'tokenizer_config.json']);
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 

@@ -5,74 +5,47 @@
 // environment (a user's exported RSTAR_* settings).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { cleanEnv, ROOT, rstar } from '../support/helpers.js';
-
-/** Live (not zombie) processes of process group `group`, with their command lines. */
-function groupMembers(group: number): { pid: number; cmd: string }[] {
-  const found: { pid: number; cmd: string }[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-      // after the command name (which may hold spaces): STATE PPID PGRP ...
-      const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (Number(pgrp) !== group || state === 'Z') continue;
-      const cmd = readFileSync(`/proc/${name}/cmdline`, 'utf8').replaceAll('\0', ' ').trim();
-      found.push({ pid: Number(name), cmd });
-    } catch {
-      // gone while read
-    }
-  }
-  return found;
-}
+import { groupMembers, killGroup, spawnGroup } from '../support/process-group.js';
 
 test('SIGTERM to a recipe’s own pid during a nested step stops it at once, and everything under it', {
   timeout: 240_000,
 }, async () => {
   const out = mkdtempSync(join(tmpdir(), 'rstar-sigterm-'));
   // demo.sh runs sft.sh, which runs `rstar sft-train` and its Python trainer: three levels under it.
-  const child = spawn('bash', ['recipes/demo.sh', out], {
+  const run = spawnGroup('bash', ['recipes/demo.sh', out], {
     cwd: ROOT,
     env: cleanEnv({ RSTAR_SFT_QUICK: '1', RSTAR_SFT_SECONDS: '120', RSTAR_SFT_MAX_STEPS: '1000' }),
-    stdio: ['ignore', 'ignore', 'pipe'],
-    detached: true, // its own process group: what is left of it afterwards is what it left behind
   });
-  const group = child.pid as number;
-  let log = '';
-  child.stderr.setEncoding('utf8').on('data', (d: string) => {
-    log += d;
-  });
-  const exit = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
+  const { group } = run;
   try {
     const end = Date.now() + 180_000;
     // The trainer's Python processes are up: the step the SIGTERM must not wait for.
     while (!groupMembers(group).some((p) => /run\.py train/.test(p.cmd))) {
-      assert.ok(Date.now() < end && child.exitCode === null, `sft-train never started:\n${log}`);
+      assert.ok(Date.now() < end && run.child.exitCode === null, `sft-train never started:\n${run.log}`);
       await new Promise((r) => setTimeout(r, 100));
     }
-    assert.match(log, /== sft-train/);
+    assert.match(run.log, /== sft-train/);
     const running = groupMembers(group).map((p) => p.cmd);
     process.kill(group, 'SIGTERM'); // the recipe's pid alone
     const sent = performance.now();
-    const code = await exit;
+    const code = await run.exit;
     const seconds = (performance.now() - sent) / 1000;
-    assert.equal(code, 130, log);
+    assert.equal(code, 130, run.log);
     assert.ok(
       seconds < 2.5,
       `exited ${seconds.toFixed(1)} s after SIGTERM (running: ${running.join(' | ')})`,
     );
-    const lines = log.split('\n').filter((l) => /interrupted/.test(l));
-    assert.deepEqual(lines.length, 1, log);
+    const lines = run.log.split('\n').filter((l) => /interrupted/.test(l));
+    assert.deepEqual(lines.length, 1, run.log);
     assert.match(lines[0], /^\[\d\d:\d\d:\d\d\] interrupted; rerun to resume \(no RL step finished yet\)$/);
     assert.deepEqual(groupMembers(group), [], 'nothing of the recipe left running');
   } finally {
-    try {
-      process.kill(-group, 'SIGKILL');
-    } catch {}
+    killGroup(group);
     rmSync(out, { recursive: true, force: true });
   }
 });
@@ -93,33 +66,22 @@ echo started >${JSON.stringify(join(dir, 'started'))}
 if ! child trained; then die "the pipeline failed"; fi
 `,
   );
-  const child = spawn('bash', [script], {
-    env: cleanEnv(),
-    stdio: ['ignore', 'ignore', 'pipe'],
-    detached: true,
-  });
-  const group = child.pid as number;
-  let log = '';
-  child.stderr.setEncoding('utf8').on('data', (d: string) => {
-    log += d;
-  });
-  const exit = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
+  const run = spawnGroup('bash', [script], { env: cleanEnv() });
+  const { group } = run;
   try {
     const end = Date.now() + 30_000;
     while (!groupMembers(group).some((p) => p.cmd === 'sleep 62')) {
-      assert.ok(Date.now() < end, `the pipeline never started:\n${log}`);
+      assert.ok(Date.now() < end, `the pipeline never started:\n${run.log}`);
       await new Promise((r) => setTimeout(r, 50));
     }
     process.kill(group, 'SIGTERM');
     const sent = performance.now();
-    assert.equal(await exit, 130, log);
+    assert.equal(await run.exit, 130, run.log);
     assert.ok(performance.now() - sent < 2000);
-    assert.match(log, /^\[\d\d:\d\d:\d\d\] interrupted; rerun to resume\n$/);
+    assert.match(run.log, /^\[\d\d:\d\d:\d\d\] interrupted; rerun to resume\n$/);
     assert.deepEqual(groupMembers(group), [], 'no member of the pipeline left running');
   } finally {
-    try {
-      process.kill(-group, 'SIGKILL');
-    } catch {}
+    killGroup(group);
     rmSync(dir, { recursive: true, force: true });
   }
 });
