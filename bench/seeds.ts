@@ -3,7 +3,9 @@
 // how agentic the RL model is there (calls per trajectory, 2+-call share), the recovery rate, and the
 // tool-error rate in positive rollouts along training (the paper's RoC figure); then the mean.
 // With `--vs RUN...` (as many, in the same seed order) it compares two arms at their RL checkpoints
-// (e.g. plain GRPO against GRPO-RoC, sessions against stateless): B - A per seed, with intervals.
+// (e.g. plain GRPO against GRPO-RoC, sessions against stateless, a credit lever against none):
+// B - A per seed, with intervals, and each arm's generated tokens per RL step (arms are compared at
+// equal tokens, or side by side).
 //
 // `--at NAME` takes the run's eval-NAME as its RL side instead of eval-rl (e.g. `--at stage1`, step 30,
 // for arms stopped after stage 1), and only the steps up to that evaluation's.
@@ -90,6 +92,23 @@ function positiveErrors(run: Run, pick: (stats: Record<string, unknown>) => Use 
   return windows.join(' → ');
 }
 
+/**
+ * Mean generated tokens per RL step (rollout's `generated_tokens`: the model's tokens, a branch's
+ * own part only), the budget arms are compared at; with tree rollouts, the branch samples too.
+ */
+function perStep(run: Run): string {
+  const tokens = run.steps.map((s) => (s.stats as Record<string, unknown> | undefined)?.generated_tokens);
+  const known = tokens.filter((t): t is number => typeof t === 'number');
+  if (known.length === 0) return '–';
+  const branches = run.steps
+    .map((s) => (s.stats as { branches?: { samples: number } } | undefined)?.branches?.samples)
+    .filter((b): b is number => typeof b === 'number');
+  const tail = branches.length > 0 ? ` (${mean(branches).toFixed(0)} branch samples)` : '';
+  return `${mean(known).toFixed(0)}${tail}`;
+}
+
+const formatRate = (s: EvalSummary) => s.format_violation_rate as number | undefined;
+
 function table(header: string[], rows: string[][]): string {
   const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
   return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n');
@@ -111,6 +130,8 @@ function arm(runs: Run[]): string {
       `${pts(msSft?.recovery_rate)} → ${pts(ms?.recovery_rate)}`,
       `${pts(r.sft.summary.tool_error_rate)} → ${pts(r.rl.summary.tool_error_rate)}`,
       `${(r.sft.summary.mean_tokens as number).toFixed(0)} → ${(r.rl.summary.mean_tokens as number).toFixed(0)}`,
+      `${pts(formatRate(r.sft.summary))} → ${pts(formatRate(r.rl.summary))}`,
+      perStep(r),
       positiveErrors(r, (s) => s.tool_use as Use | undefined),
       positiveErrors(r, (s) => s.tool_use_multi_step as Use | undefined),
     ];
@@ -128,6 +149,8 @@ function arm(runs: Run[]): string {
     `${pts(d((r) => multiUse(r.sft.summary)?.recovery_rate ?? Number.NaN))} → ${pts(d((r) => multiUse(r.rl.summary)?.recovery_rate ?? Number.NaN))}`,
     `${pts(d((r) => r.sft.summary.tool_error_rate))} → ${pts(d((r) => r.rl.summary.tool_error_rate))}`,
     `${d((r) => r.sft.summary.mean_tokens as number).toFixed(0)} → ${d((r) => r.rl.summary.mean_tokens as number).toFixed(0)}`,
+    `${pts(d((r) => formatRate(r.sft.summary) ?? Number.NaN))} → ${pts(d((r) => formatRate(r.rl.summary) ?? Number.NaN))}`,
+    '',
     '',
     '',
   ]);
@@ -144,6 +167,8 @@ function arm(runs: Run[]): string {
       'multi-step recovery (%)',
       'tool err (%)',
       'mean len',
+      'format viol (%)',
+      'generated tokens / RL step',
       'pos. tool err (%) of the rollouts, fifths of training',
       'same, multi-step',
     ],
@@ -166,11 +191,25 @@ function versus(a: Run[], b: Run[]): string {
       `${(ra.rl.summary.tool_calls_per_traj as number).toFixed(2)} / ${(rb.rl.summary.tool_calls_per_traj as number).toFixed(2)}`,
       `${(ua?.tool_calls_per_traj ?? Number.NaN).toFixed(2)} / ${(ub?.tool_calls_per_traj ?? Number.NaN).toFixed(2)}`,
       `${pts(ra.rl.summary.positive_tool_error_rate)} / ${pts(rb.rl.summary.positive_tool_error_rate)}`,
+      `${pts(ra.rl.summary.recovery_rate)} / ${pts(rb.rl.summary.recovery_rate)}`,
+      `${perStep(ra)} / ${perStep(rb)}`,
     ];
   });
   const gap = mean(a.map((ra, i) => (b[i] as Run).rl.summary['avg@n'] - ra.rl.summary['avg@n']));
   const gapMulti = mean(a.map((ra, i) => avg((b[i] as Run).rl.problems, multi) - avg(ra.rl.problems, multi)));
-  rows.push(['**mean B − A**', '', `**${signed(gap)}**`, '', `**${signed(gapMulti)}**`, '', '', '', '']);
+  rows.push([
+    '**mean B − A**',
+    '',
+    `**${signed(gap)}**`,
+    '',
+    `**${signed(gapMulti)}**`,
+    '',
+    '',
+    '',
+    '',
+    '',
+    '',
+  ]);
   return table(
     [
       'A vs B',
@@ -182,6 +221,8 @@ function versus(a: Run[], b: Run[]): string {
       'calls/traj A / B',
       'multi-step calls/traj A / B',
       'pos. tool err (%) A / B',
+      'recovery (%) A / B',
+      'generated tokens / RL step A / B',
     ],
     rows,
   );
