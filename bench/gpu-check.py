@@ -15,8 +15,10 @@ keeps only the tail of the output. No wait is unbounded: each distributed launch
 deadline, and a dead engine thread is a failed check with its reason. The checks:
 
   environment   what `rstar doctor` prints (torch build, devices, bf16, collective, SDPA, FSDP, BLAS)
-  hf-reference  our model.py vs transformers' Qwen3ForCausalLM on one random-weight checkpoint written by
-                our save_model (plain Qwen3: GQA, head_dim != hidden/heads, tied and untied head):
+  hf-reference  our model.py vs transformers' Qwen3ForCausalLM, Qwen2ForCausalLM and LlamaForCausalLM on
+                random-weight checkpoints written by our save_model (Qwen3: GQA, head_dim != hidden/heads,
+                tied and untied head; Qwen2: random q/k/v biases; Llama: llama3 rope scaling with every
+                frequency band in use and an untied head, and a tied one with attention and MLP biases):
                 max |d log-prob| in fp32 and bf16; from_pretrained of our folder loads every tensor
   train-fp32    SFT then GRPO steps through train.py's Trainer on the device: SFT loss falls, GRPO moves
                 log-probs towards the positive advantages, no NaN; tokens/s
@@ -54,7 +56,7 @@ import torch  # noqa: E402
 from rstar_backend import doctor  # noqa: E402
 from rstar_backend import engine as E  # noqa: E402
 from rstar_backend.checkpoint import load_model, save_model  # noqa: E402
-from rstar_backend.model import Qwen3Config, Qwen3ForCausalLM, token_logprobs  # noqa: E402
+from rstar_backend.model import CausalLM, ModelConfig, token_logprobs  # noqa: E402
 
 # ======================================================================================================
 # Adapter: ALL coupling to src/backend/rstar_backend/train.py, which takes every setting in one config
@@ -175,10 +177,18 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def checkpoint(folder, cfg_dict, seed, tie=True):
-    cfg = Qwen3Config.from_dict({**cfg_dict, "tie_word_embeddings": tie})
-    m = Qwen3ForCausalLM(cfg)
+def checkpoint(folder, cfg_dict, seed, tie=True, arch="qwen3", bias_std=0.0):
+    """A random checkpoint of `arch` (cfg_dict's fields over its defaults); bias_std > 0 makes its biases
+    random too (init_weights zeroes them, and a zero bias proves nothing about how it is applied)."""
+    cfg = ModelConfig.from_dict({**cfg_dict, "tie_word_embeddings": tie}, arch=arch)
+    m = CausalLM(cfg)
     m.init_weights(seed)
+    if bias_std > 0:
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                if name.endswith(".bias"):
+                    p.copy_(torch.randn(p.shape, generator=g) * bias_std)
     save_model(m, folder)
     return folder
 
@@ -189,34 +199,56 @@ def records_for(vocab, n, prompt, response, seed, advantages=False):
 
 # ---- hf-reference -------------------------------------------------------------------------------------
 
+# Llama 3's rope scaling with its original context shrunk to 64 tokens: at hf_len positions every band of
+# the formula (kept, blended, divided by factor) is in use, as it is only past 8192 tokens in Llama 3.1.
+HF_LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 64}
+
+
+def hf_reference_cases(config):
+    """(tag, transformers class name, arch, tie, bias_std, config fields): the architectures against
+    transformers. The Qwen3 tags stay "tied"/"untied" (docs/gpu.md's figures name them)."""
+    qwen2 = {**config, "head_dim": config["hidden_size"] // config["num_attention_heads"]}  # Qwen2's is fixed
+    llama = {**config, "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "rope_scaling": HF_LLAMA3_ROPE}
+    return [
+        ("tied", "Qwen3ForCausalLM", "qwen3", True, 0.0, config),
+        ("untied", "Qwen3ForCausalLM", "qwen3", False, 0.0, config),
+        ("qwen2", "Qwen2ForCausalLM", "qwen2", True, 0.3, qwen2),
+        ("llama", "LlamaForCausalLM", "llama", False, 0.0, llama),
+        ("llama_bias", "LlamaForCausalLM", "llama", True, 0.3,
+         {**config, "attention_bias": True, "mlp_bias": True}),
+    ]
+
+
 def check_hf_reference(ctx):
     try:
         import transformers
-        from transformers import Qwen3ForCausalLM as HFQwen3
+        from transformers import Qwen3ForCausalLM  # noqa: F401  (>= 4.51 has all three)
     except ImportError as e:
         return {"skipped": True, "reason": f"transformers with Qwen3 (>= 4.51) not importable: {e}"}
     dev, S = ctx.device, ctx.sizes
     dtype_kw = "dtype" if _version(transformers.__version__) >= (4, 56) else "torch_dtype"
     figures = {"transformers": transformers.__version__}
     ok = True
-    for tie in (True, False):
-        folder = checkpoint(ctx.path(f"hf-{'tied' if tie else 'untied'}"), ctx.config, seed=11, tie=tie)
-        ids = torch.randint(0, ctx.config["vocab_size"], (2, S["hf_len"]),
+    for tag, hf_class, arch, tie, bias_std, cfg in hf_reference_cases(ctx.config):
+        HF = getattr(transformers, hf_class)
+        folder = checkpoint(ctx.path(f"hf-{tag}"), cfg, seed=11, tie=tie, arch=arch, bias_std=bias_std)
+        ids = torch.randint(0, cfg["vocab_size"], (2, S["hf_len"]),
                             generator=torch.Generator().manual_seed(5)).to(dev)
         lp = {}
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-            hf, info = HFQwen3.from_pretrained(folder, output_loading_info=True, attn_implementation="eager",
-                                               **{dtype_kw: dtype})
+            hf, info = HF.from_pretrained(folder, output_loading_info=True, attn_implementation="eager",
+                                          **{dtype_kw: dtype})
             bad = {k: v for k, v in info.items() if k != "error_msgs" and v}
             if bad or info.get("error_msgs"):
-                return {"ok": False, **figures, "reason": f"from_pretrained({folder}): {bad or info['error_msgs']}"}
+                return {"ok": False, **figures, "reason": f"{hf_class}.from_pretrained({folder}): "
+                                                          f"{bad or info['error_msgs']}"}
             hf = hf.to(dev).eval()
             ours = load_model(folder, dev, dtype).eval()  # rotary inv_freq stays fp32, as the engine serves
             with torch.no_grad():
                 lp[f"hf_{name}"] = torch.log_softmax(hf(input_ids=ids, use_cache=False).logits.float(), -1)
                 lp[f"ours_{name}"] = torch.log_softmax(ours(ids).float(), -1)
             del hf, ours
-        tag = "tied" if tie else "untied"
         d32 = (lp["ours_fp32"] - lp["hf_fp32"]).abs()
         d16 = (lp["ours_bf16"] - lp["hf_bf16"]).abs()
         ours_err = float((lp["ours_bf16"] - lp["hf_fp32"]).abs().mean())
@@ -224,8 +256,10 @@ def check_hf_reference(ctx):
         figures.update({f"{tag}_fp32_max": r6(d32.max()), f"{tag}_bf16_max": r6(d16.max()),
                         f"{tag}_bf16_mean": r6(d16.mean()), f"{tag}_ours_bf16_err": r6(ours_err),
                         f"{tag}_hf_bf16_err": r6(hf_err)})
-        ok = ok and float(d32.max()) <= ctx.tol["hf_fp32"] and \
-            ours_err <= ctx.tol["hf_bf16_ratio"] * hf_err + 1e-3
+        case_ok = float(d32.max()) <= ctx.tol["hf_fp32"] and ours_err <= ctx.tol["hf_bf16_ratio"] * hf_err + 1e-3
+        if not case_ok:
+            figures.setdefault("failed_cases", []).append(tag)
+        ok = ok and case_ok
     figures["from_pretrained"] = True
     return {"ok": ok, **figures}
 
@@ -502,7 +536,7 @@ class Context:
         return os.path.join(self.tmp, name)
 
 
-CHECKS = ("environment", "hf-reference", "train-fp32", "train-bf16", "engine", "ddp", "shard", "shard-gpu")
+CHECKS = ("environment", "hf-reference", "train-fp32", "train-bf16", "engine", "ddp", "shard", "shard-gpu", "lora")
 
 
 def parse_args(argv):
@@ -571,6 +605,7 @@ def main(argv):
         "ddp": lambda: check_distributed(ctx, "ddp", {}),
         "shard": lambda: check_distributed(ctx, "shard", SHARD_SETTINGS),
         "shard-gpu": lambda: check_shard_gpu(ctx),
+        "lora": lambda: __import__("gpu_lora").check_all(ctx.device, ctx.tmp),  # bench/gpu_lora.py (issue 42)
     }
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     try:

@@ -16,10 +16,20 @@ function occupied(dir: string): boolean {
 }
 
 export async function run(argv: string[]): Promise<void> {
-  const cmd = program('model-init', 'randomly initialised Qwen3-architecture checkpoint (HF layout)')
-    .requiredOption(
+  const cmd = program(
+    'model-init',
+    'randomly initialised Qwen3, Qwen2 or Llama checkpoint (HF layout), from a config.json or tiny',
+  )
+    .option(
       '--config <file>',
-      'config.json with Qwen3 field names (tokenizer files beside it are copied)',
+      'a Hugging Face config.json (Qwen3, Qwen2/2.5 or Llama 3.x; its architectures/model_type pick the model); tokenizer files beside it are copied',
+    )
+    .addOption(
+      choice(
+        '--arch <name>',
+        "without --config: a tiny random model of this architecture with the test fixture's tokenizer; with it: the architecture when config.json names none",
+        ['qwen3', 'qwen2', 'llama'],
+      ),
     )
     .requiredOption('--out <dir>', 'checkpoint folder to write (new or empty, unless --force)')
     .option('--force', 'replace a non-empty --out whole (its AdamW state and step count go with it)')
@@ -40,13 +50,17 @@ export async function run(argv: string[]): Promise<void> {
     );
   if (!parse(cmd, argv)) return;
   const o = cmd.opts<{
-    config: string;
+    config?: string;
+    arch?: string;
     out: string;
     force?: boolean;
     seed: number;
     init: string;
     maxShardBytes: number;
   }>();
+  if (o.config === undefined && o.arch === undefined) {
+    throw new UsageError('give --config FILE (a config.json), --arch qwen3|qwen2|llama, or both');
+  }
   const out = resolve(o.out);
   // Writing new weights into an old checkpoint would leave its optimizer.safetensors and
   // trainer_state.json behind, and the next train-step would continue their AdamW moments.
@@ -63,8 +77,8 @@ export async function run(argv: string[]): Promise<void> {
   const args = [
     BACKEND_SCRIPT,
     'init',
-    '--config',
-    o.config,
+    ...(o.config === undefined ? [] : ['--config', o.config]),
+    ...(o.arch === undefined ? [] : ['--arch', o.arch]),
     '--out',
     partial,
     '--seed',

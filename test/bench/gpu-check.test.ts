@@ -17,6 +17,7 @@ const CHECKS = [
   'ddp',
   'shard',
   'shard-gpu',
+  'lora',
 ];
 const NOT_YET = 'needs train-step --dtype/--shard';
 
@@ -137,6 +138,49 @@ describe('bench/gpu-check.py --cpu', () => {
     assert.equal(records[0].ok, false);
     assert.match(String(records[0].reason), /did not finish within 0 s|did not finish within 1 s/);
     assert.ok(Date.now() - t0 < 60_000);
+  });
+
+  test('hf-reference covers Qwen2 (random biases) and Llama (llama3 rope, untied) as transformers names them', async () => {
+    // transformers is on GPU machines only: what can be checked here is that every case, at the CPU
+    // and at the GPU sizes, writes a checkpoint of the architecture the transformers class expects
+    const python = await findPython();
+    const code = [
+      'import importlib.util, json, os, shutil, sys, tempfile',
+      'spec = importlib.util.spec_from_file_location("gc", sys.argv[1])',
+      'gc = importlib.util.module_from_spec(spec); spec.loader.exec_module(gc)',
+      'from rstar_backend.checkpoint import load_state_dict',
+      'out, tmp = [], tempfile.mkdtemp()',
+      'for sizes, conf in (("cpu", gc.CPU_CONFIG), ("gpu", gc.GPU_CONFIG)):',
+      '    for tag, cls, arch, tie, bias_std, cfg in gc.hf_reference_cases(conf):',
+      '        d = gc.checkpoint(os.path.join(tmp, sizes + tag), cfg, seed=11, tie=tie, arch=arch, bias_std=bias_std)',
+      '        hf = json.load(open(os.path.join(d, "config.json")))',
+      '        sd = load_state_dict(d) if sizes == "cpu" else {}',
+      '        biases = [k for k in sd if k.endswith(".bias")]',
+      '        out.append({"sizes": sizes, "tag": tag, "cls": cls, "architectures": hf["architectures"],',
+      '                    "rope": (hf.get("rope_scaling") or {}).get("rope_type"), "tied": hf["tie_word_embeddings"],',
+      '                    "biases": len(biases), "nonzero_bias": any(bool(sd[k].abs().max() > 0) for k in biases)})',
+      'shutil.rmtree(tmp)',
+      'print(json.dumps(out))',
+    ].join('\n');
+    const r = await execa(python, ['-c', code, SCRIPT], { env: backendEnv(), reject: false });
+    assert.equal(r.exitCode, 0, r.stderr);
+    const cases = JSON.parse(r.stdout) as {
+      sizes: string;
+      tag: string;
+      cls: string;
+      architectures: string[];
+      rope: string | undefined;
+      tied: boolean;
+      biases: number;
+      nonzero_bias: boolean;
+    }[];
+    for (const c of cases) assert.deepEqual(c.architectures, [c.cls], `${c.sizes} ${c.tag}`);
+    const cpu = Object.fromEntries(cases.filter((c) => c.sizes === 'cpu').map((c) => [c.tag, c]));
+    assert.deepEqual(Object.keys(cpu), ['tied', 'untied', 'qwen2', 'llama', 'llama_bias']);
+    assert.equal(cases.filter((c) => c.sizes === 'gpu').length, 5);
+    assert.ok(cpu.qwen2.biases > 0 && cpu.qwen2.nonzero_bias, 'Qwen2 biases random, not zero');
+    assert.deepEqual([cpu.llama.rope, cpu.llama.tied, cpu.llama.biases], ['llama3', false, 0]);
+    assert.ok(cpu.llama_bias.nonzero_bias);
   });
 
   test('bad usage exits 2', async () => {

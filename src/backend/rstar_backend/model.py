@@ -1,14 +1,19 @@
-"""The Qwen3 architecture in one file, nanoGPT style.
+"""Qwen3, Qwen2/Qwen2.5 and Llama 3.x in one file, nanoGPT style.
 
-Module and parameter names follow Hugging Face's Qwen3ForCausalLM exactly (model.layers.0.self_attn.q_proj
-.weight, ...) so a state_dict *is* a checkpoint: no renaming table between us, SGLang and vLLM.
+Module and parameter names follow Hugging Face's Qwen3ForCausalLM, Qwen2ForCausalLM and LlamaForCausalLM
+exactly (model.layers.0.self_attn.q_proj.weight, ...) so a state_dict *is* a checkpoint: no renaming table
+between us, SGLang and vLLM.
+
+The three differ in a few named places, each a flag of ModelConfig: biases on q/k/v (Qwen2 always; o too
+and the MLP's for Llama when its config says so), per-head q/k RMSNorm (Qwen3 only) and Llama 3's rope
+frequency scaling. Everything else (pre-norm decoder, GQA, SwiGLU, half-split rotary) is the same code.
 
 The same forward serves training (no cache, causal mask) and the engine (a KV cache object passed in),
 so trainer and engine log-probs come from identical arithmetic.
 """
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn as nn
@@ -20,9 +25,94 @@ _sdpa = getattr(F, "scaled_dot_product_attention", None)  # torch >= 2.0
 # instead of serving it as plain Qwen3 (which would ignore k_smear and compute something else).
 SMEAR_ARCHITECTURE = "RStarQwen3ForCausalLM"
 
+# arch -> (Hugging Face class name, model_type)
+ARCHITECTURES = {
+    "qwen3": ("Qwen3ForCausalLM", "qwen3"),
+    "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+    "llama": ("LlamaForCausalLM", "llama"),
+}
+ARCH_BY_CLASS = {cls: arch for arch, (cls, _) in ARCHITECTURES.items()}
+ARCH_BY_CLASS[SMEAR_ARCHITECTURE] = "qwen3"
+ARCH_BY_TYPE = {mt: arch for arch, (_, mt) in ARCHITECTURES.items()}
+
+# Fields that mean mixture-of-experts in the configs of Mixtral, Qwen2-MoE/Qwen3-MoE and DeepSeek: a dense
+# model built from such a config would silently drop the experts.
+MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size",
+              "num_experts_per_tok")
+
+
+class UnsupportedConfig(ValueError):
+    """A config.json this model file cannot compute faithfully; the message names the field."""
+
+
+def _rope_settings(d):
+    """(rope_theta, rope_scaling dict or None) from either spelling: rope_theta + rope_scaling
+    (transformers 4.x) or rope_parameters (5.x, rope_theta inside)."""
+    theta = d.get("rope_theta")
+    scaling = d.get("rope_scaling")
+    params = d.get("rope_parameters")
+    name = "rope_scaling"
+    if scaling is None and isinstance(params, dict):
+        name = "rope_parameters"
+        if any(isinstance(v, dict) for v in params.values()):
+            raise UnsupportedConfig("rope_parameters: a different rope per layer type is not supported")
+        theta = params.get("rope_theta", theta)
+        scaling = params
+    if scaling is None:
+        return theta, None
+    if not isinstance(scaling, dict):
+        raise UnsupportedConfig(f"{name}: expected an object or null, got {scaling!r}")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return theta, None
+    if kind != "llama3":
+        raise UnsupportedConfig(f"{name}: rope type {kind!r} is not supported (only llama3, or none)")
+    out = {"rope_type": "llama3"}
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        v = scaling.get(key)
+        if key == "original_max_position_embeddings" and v is None:
+            v = d.get("max_position_embeddings")  # transformers falls back to it too
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise UnsupportedConfig(f"{name}: {key}: expected a positive number, got {v!r}")
+        out[key] = v
+    if out["high_freq_factor"] <= out["low_freq_factor"]:
+        raise UnsupportedConfig(f"{name}: high_freq_factor must be greater than low_freq_factor")
+    return theta, out
+
+
+def select_arch(d, default="qwen3"):
+    """The arch a config.json describes, from `architectures` and `model_type`; `default` when it names
+    neither (our own tiny configs). Refuses an architecture this file does not implement, a model_type
+    that contradicts the class name, and MoE."""
+    for key in MOE_FIELDS:
+        v = d.get(key)
+        if v not in (None, 0, 1) or (key == "moe_intermediate_size" and v):
+            raise UnsupportedConfig(f"{key}={v!r}: mixture-of-experts models are not supported (dense only)")
+    classes = d.get("architectures")
+    if classes is not None and (not isinstance(classes, list) or not all(isinstance(c, str) for c in classes)):
+        raise UnsupportedConfig(f"architectures: expected a list of class names, got {classes!r}")
+    model_type = d.get("model_type")
+    by_class = None
+    if classes:
+        known = [ARCH_BY_CLASS[c] for c in classes if c in ARCH_BY_CLASS]
+        if not known:
+            raise UnsupportedConfig(f"architectures: {', '.join(classes)} is not supported "
+                                    f"(supported: {', '.join(c for c, _ in ARCHITECTURES.values())})")
+        by_class = known[0]
+    by_type = None
+    if model_type is not None:
+        by_type = ARCH_BY_TYPE.get(model_type)
+        if by_type is None:
+            raise UnsupportedConfig(f"model_type: {model_type!r} is not supported "
+                                    f"(supported: {', '.join(ARCH_BY_TYPE)})")
+    if by_class and by_type and by_class != by_type:
+        raise UnsupportedConfig(f"model_type: {model_type!r} contradicts architectures {classes}")
+    return by_class or by_type or default
+
 
 @dataclass
-class Qwen3Config:
+class ModelConfig:
+    arch: str = "qwen3"  # a key of ARCHITECTURES
     vocab_size: int = 4096
     hidden_size: int = 256
     intermediate_size: int = 768
@@ -32,32 +122,63 @@ class Qwen3Config:
     head_dim: int = 32
     max_position_embeddings: int = 4096
     rope_theta: float = 10000.0
+    # None, or Llama 3's {"rope_type": "llama3", factor, low_freq_factor, high_freq_factor,
+    # original_max_position_embeddings}
+    rope_scaling: dict = None
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
-    attention_bias: bool = False
+    attention_bias: bool = False  # Qwen3 and Llama: a bias on q, k, v and o (Qwen2 ignores it)
+    mlp_bias: bool = False  # Llama only: a bias on gate, up and down
     initializer_range: float = 0.02
     bos_token_id: int = 0
     eos_token_id: int = 2
     pad_token_id: int = 0
+    # every EOS id when config.json gives a list (Llama 3.1 instruct), written back as it came
+    eos_token_ids: list = field(default_factory=list)
     torch_dtype: str = "float32"
     # Our extension, off for every Hugging Face model: each key mixes in the previous token's key (below).
     rstar_key_smear: bool = False
 
+    @property
+    def qkv_bias(self):
+        return True if self.arch == "qwen2" else self.attention_bias
+
+    @property
+    def o_bias(self):
+        return False if self.arch == "qwen2" else self.attention_bias
+
+    @property
+    def qk_norm(self):
+        """Per-head RMSNorm of q and k before rotary: Qwen3's change over Qwen2."""
+        return self.arch == "qwen3"
+
     @classmethod
-    def from_dict(cls, d):
-        known = {f.name for f in fields(cls)}
+    def from_dict(cls, d, arch=None):
+        """A config from config.json's fields. arch: the architecture to build when `d` names none."""
+        arch = select_arch(d, default=arch or "qwen3")
+        known = {f.name for f in fields(cls)} - {"arch", "rope_scaling", "eos_token_ids"}
         kw = {k: v for k, v in d.items() if k in known and v is not None}
+        kw["arch"] = arch
+        theta, kw["rope_scaling"] = _rope_settings(d)
+        if theta is not None:
+            kw["rope_theta"] = theta
         if "torch_dtype" not in kw and isinstance(d.get("dtype"), str):  # transformers >= 4.56 spelling
             kw["torch_dtype"] = d["dtype"]
         if "head_dim" not in kw and "hidden_size" in kw and "num_attention_heads" in kw:
             kw["head_dim"] = kw["hidden_size"] // kw["num_attention_heads"]
         if isinstance(kw.get("eos_token_id"), list):  # HF allows a list; the first is the primary EOS
-            kw["eos_token_id"] = kw["eos_token_id"][0]
+            kw["eos_token_ids"] = list(kw["eos_token_id"])
+            kw["eos_token_id"] = kw["eos_token_id"][0] if kw["eos_token_id"] else cls.eos_token_id
+        if arch == "llama" and "tie_word_embeddings" not in kw:
+            kw["tie_word_embeddings"] = False  # LlamaConfig's default, unlike Qwen's
+        _refuse_unsupported(d, arch)
         cfg = cls(**kw)
         cfg.validate()
         return cfg
 
     def validate(self):
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"config: arch: expected one of {', '.join(ARCHITECTURES)}, got {self.arch!r}")
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "head_dim"):
             v = getattr(self, name)
@@ -65,19 +186,31 @@ class Qwen3Config:
                 raise ValueError(f"config.json: {name}: expected a positive integer, got {v!r}")
         if self.num_attention_heads % self.num_key_value_heads != 0:
             raise ValueError("config.json: num_attention_heads must be a multiple of num_key_value_heads")
-        if not isinstance(self.rstar_key_smear, bool):
-            raise ValueError(f"config.json: rstar_key_smear: expected true or false, got {self.rstar_key_smear!r}")
+        for name in ("rstar_key_smear", "attention_bias", "mlp_bias", "tie_word_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"config.json: {name}: expected true or false, got {getattr(self, name)!r}")
+        if self.rstar_key_smear and self.arch != "qwen3":
+            raise UnsupportedConfig(f"rstar_key_smear: an extension of Qwen3 only, not of {self.arch}")
+        if self.mlp_bias and self.arch != "llama":
+            raise UnsupportedConfig(f"mlp_bias: {self.arch} models have no MLP bias")
+        if self.arch == "qwen2" and self.head_dim * self.num_attention_heads != self.hidden_size:
+            # Qwen2 derives head_dim from hidden_size in vLLM and older transformers: another one would
+            # be served as a different model
+            raise UnsupportedConfig(f"head_dim: {self.head_dim} x num_attention_heads {self.num_attention_heads}"
+                                    f" differs from hidden_size {self.hidden_size} (Qwen2 has no free head_dim)")
         if self.head_dim % 2 != 0:
             raise ValueError("config.json: head_dim must be even (rotary embeddings rotate pairs)")
 
     def to_hf(self):
-        """config.json as Hugging Face writes it for Qwen3, so other tools load our checkpoints."""
+        """config.json as Hugging Face writes it for this architecture, so other tools load our checkpoints."""
+        cls, model_type = ARCHITECTURES[self.arch]
+        eos = self.eos_token_ids if self.eos_token_ids else self.eos_token_id
         hf = {
-            "architectures": ["Qwen3ForCausalLM"],
+            "architectures": [cls],
             "attention_bias": self.attention_bias,
             "attention_dropout": 0.0,
             "bos_token_id": self.bos_token_id,
-            "eos_token_id": self.eos_token_id,
+            "eos_token_id": eos,
             "pad_token_id": self.pad_token_id,
             "head_dim": self.head_dim,
             "hidden_act": "silu",
@@ -86,12 +219,12 @@ class Qwen3Config:
             "intermediate_size": self.intermediate_size,
             "max_position_embeddings": self.max_position_embeddings,
             "max_window_layers": self.num_hidden_layers,
-            "model_type": "qwen3",
+            "model_type": model_type,
             "num_attention_heads": self.num_attention_heads,
             "num_hidden_layers": self.num_hidden_layers,
             "num_key_value_heads": self.num_key_value_heads,
             "rms_norm_eps": self.rms_norm_eps,
-            "rope_scaling": None,
+            "rope_scaling": dict(self.rope_scaling) if self.rope_scaling else None,
             "rope_theta": self.rope_theta,
             "sliding_window": None,
             "tie_word_embeddings": self.tie_word_embeddings,
@@ -101,10 +234,38 @@ class Qwen3Config:
             "use_sliding_window": False,
             "vocab_size": self.vocab_size,
         }
+        if self.arch == "qwen2":
+            # Qwen2Config has neither field: its q/k/v bias is fixed and head_dim is hidden / heads
+            del hf["attention_bias"], hf["head_dim"]
+        if self.arch == "llama":
+            del hf["max_window_layers"], hf["sliding_window"], hf["use_sliding_window"]
+            hf["mlp_bias"] = self.mlp_bias
+            hf["pretraining_tp"] = 1
         if self.rstar_key_smear:  # only written when on, so plain Qwen3 configs stay byte-identical
             hf["architectures"] = [SMEAR_ARCHITECTURE]
             hf["rstar_key_smear"] = True
         return hf
+
+
+def _refuse_unsupported(d, arch):
+    """What would make our forward differ from Hugging Face's for this config, named by its field."""
+    if d.get("use_sliding_window") is True:
+        raise UnsupportedConfig("use_sliding_window: true: sliding-window attention is not supported")
+    layer_types = d.get("layer_types")
+    if isinstance(layer_types, list) and any(t != "full_attention" for t in layer_types):
+        raise UnsupportedConfig("layer_types: only full_attention layers are supported (sliding window is not)")
+    if arch == "llama" and d.get("sliding_window") is not None:
+        raise UnsupportedConfig(f"sliding_window={d['sliding_window']!r}: sliding-window attention is not supported")
+    act = d.get("hidden_act", "silu")
+    if act != "silu":
+        raise UnsupportedConfig(f"hidden_act: {act!r} is not supported (only silu)")
+    prf = d.get("partial_rotary_factor")
+    if prf not in (None, 1, 1.0):
+        raise UnsupportedConfig(f"partial_rotary_factor={prf!r}: partial rotary embeddings are not supported")
+
+
+# Code written before the other architectures imports these names.
+Qwen3Config = ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -125,13 +286,30 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rotary_frequencies(head_dim, theta):
-    """Qwen3's inverse frequencies, computed in fp32 on the CPU (the same bits wherever they are used)."""
-    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+def rotary_frequencies(head_dim, theta, scaling=None):
+    """The inverse frequencies, computed in fp32 on the CPU (the same bits wherever they are used).
+
+    scaling: None, or Llama 3's rope_scaling (ModelConfig.rope_scaling), which leaves the frequencies
+    whose wavelength is under original_max_position_embeddings / high_freq_factor alone, divides those
+    whose wavelength is over original_max_position_embeddings / low_freq_factor by factor, and blends
+    linearly in 1/wavelength between the two (Hugging Face's _compute_llama3_parameters)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    if not scaling:
+        return inv_freq
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    context = scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / inv_freq
+    long_waves = wavelength > context / low  # low frequencies: slowed down by factor
+    short_waves = wavelength < context / high  # high frequencies: kept
+    slowed = torch.where(long_waves, inv_freq / factor, inv_freq)
+    # the blend weight runs from 0 at the low-frequency edge to 1 at the high-frequency one
+    weight = (context / wavelength - low) / (high - low)
+    blended = (1 - weight) * slowed / factor + weight * slowed
+    return torch.where(~long_waves & ~short_waves, blended, slowed)
 
 
 class Rotary(nn.Module):
-    """Rotary embeddings in the half-split layout that Hugging Face's Qwen3 uses.
+    """Rotary embeddings in the half-split layout that Hugging Face's Qwen3, Qwen2 and Llama use.
 
     inv_freq stays fp32 whatever the model is cast to: a bf16 inv_freq is off by up to 0.4%, a rotation
     wrong by radians a few hundred positions in, so a bf16-served model would disagree with the trainer
@@ -139,14 +317,15 @@ class Rotary(nn.Module):
     after building on the meta device) recomputes it in fp32 on the new device; cos/sin are still cast
     to the compute dtype in forward."""
 
-    def __init__(self, head_dim, theta, device=None):
+    def __init__(self, head_dim, theta, device=None, scaling=None):
         super().__init__()
-        self.head_dim, self.theta = head_dim, theta
-        self.register_buffer("inv_freq", rotary_frequencies(head_dim, theta).to(device or "cpu"), persistent=False)
+        self.head_dim, self.theta, self.scaling = head_dim, theta, scaling
+        self.register_buffer("inv_freq", rotary_frequencies(head_dim, theta, scaling).to(device or "cpu"),
+                             persistent=False)
 
     def _apply(self, fn, *args, **kwargs):  # torch >= 2.0 passes `recurse`
         super()._apply(fn, *args, **kwargs)
-        self.inv_freq = rotary_frequencies(self.head_dim, self.theta).to(self.inv_freq.device)
+        self.inv_freq = rotary_frequencies(self.head_dim, self.theta, self.scaling).to(self.inv_freq.device)
         return self
 
     def forward(self, positions, dtype):
@@ -161,14 +340,14 @@ class Attention(nn.Module):
         super().__init__()
         self.layer_idx = layer_idx
         self.n_head, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        b = cfg.attention_bias
+        b = cfg.qkv_bias
         self.q_proj = nn.Linear(cfg.hidden_size, self.n_head * self.head_dim, bias=b, **factory)
         self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=b, **factory)
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=b, **factory)
-        self.o_proj = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=b, **factory)
-        # per-head norms: Qwen3's change over Qwen2
-        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, factory)
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, factory)
+        self.o_proj = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=cfg.o_bias, **factory)
+        # per-head norms: Qwen3's change over Qwen2 (None elsewhere, so the state dict has no such key)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, factory) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, factory) if cfg.qk_norm else None
         # Smeared keys (Olsson et al. 2022, "In-context learning and induction heads"): key t becomes
         # s*k_t + (1-s)*k_{t-1}, s = sigmoid(k_smear) per KV head, before rotary. A key then says which
         # token came *before* it, so one head can find "the token after the one I just wrote": copying a
@@ -178,8 +357,11 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, cache=None, has_prev=None, rows=None):
         B, T, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, T, self.n_head, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv, self.head_dim)).transpose(1, 2)
+        q = self.q_proj(x).view(B, T, self.n_head, self.head_dim)
+        k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
         if self.k_smear is not None:
             if cache is not None:
@@ -303,9 +485,10 @@ def attend(q, k, v, mask):
 class MLP(nn.Module):
     def __init__(self, cfg, factory):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False, **factory)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False, **factory)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False, **factory)
+        b = cfg.mlp_bias
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=b, **factory)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=b, **factory)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=b, **factory)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -324,26 +507,28 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class Qwen3Body(nn.Module):
+class Body(nn.Module):
     def __init__(self, cfg, factory):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, **factory)
         self.layers = nn.ModuleList([DecoderLayer(cfg, i, factory) for i in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, factory)
-        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta, factory.get("device"))
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta, factory.get("device"), cfg.rope_scaling)
 
 
 INIT_SCHEMES = ("normal", "induction")
 
 
-class Qwen3ForCausalLM(nn.Module):
+class CausalLM(nn.Module):
+    """Qwen3ForCausalLM, Qwen2ForCausalLM or LlamaForCausalLM, as cfg.arch says."""
+
     def __init__(self, cfg, device=None, dtype=None):
         """device/dtype: where and in what the parameters are created. device="meta" allocates nothing
         (checkpoint.load_model builds so, then materialises the weights it reads in their place)."""
         super().__init__()
         factory = {k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}
         self.config = cfg
-        self.model = Qwen3Body(cfg, factory)
+        self.model = Body(cfg, factory)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, **factory)
         self.tie_weights()
 
@@ -429,6 +614,11 @@ class Qwen3ForCausalLM(nn.Module):
         elif logits_at is not None:
             x = x.gather(1, logits_at.unsqueeze(-1).expand(-1, -1, x.size(-1)))
         return self.lm_head(self.model.norm(x))
+
+
+# Code written before the other architectures imports these names.
+Qwen3Body = Body
+Qwen3ForCausalLM = CausalLM
 
 
 def token_logprobs(logits, targets, temperature=1.0):

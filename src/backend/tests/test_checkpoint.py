@@ -124,5 +124,5 @@ class Checkpoints(TempDirCase):
             load_model(self.path("c"))
         cfg["model_type"] = "llama"
         write_json(self.path("c", "config.json"), cfg)
-        with self.assertRaisesRegex(CheckpointError, "not a Qwen3 model"):
+        with self.assertRaisesRegex(CheckpointError, "model_type: .llama. contradicts architectures"):
             load_model(self.path("c"))
