@@ -49,10 +49,17 @@ export async function loadTokenizer(dir: string): Promise<TextTokenizer> {
   if (info === undefined) throw new DataError(`${dir}: no such tokenizer folder`);
   if (info.isFile()) folder = dirname(folder);
   const json = await readJson(join(folder, 'tokenizer.json'));
-  const config = await readJson(join(folder, 'tokenizer_config.json')).catch((error: Error) => {
-    if (/ENOENT/.test(error.message)) return {};
-    throw error;
-  });
+  let config: Record<string, unknown> = await readJson(join(folder, 'tokenizer_config.json')).catch(
+    (error: Error) => {
+      if (/ENOENT/.test(error.message)) return {};
+      throw error;
+    },
+  );
+  // Newer transformers save the chat template beside the config, as chat_template.jinja.
+  if (config.chat_template === undefined) {
+    const template = await readFile(join(folder, 'chat_template.jinja'), 'utf8').catch(() => undefined);
+    if (template !== undefined) config = { ...config, chat_template: template };
+  }
   return wrap(new Tokenizer(json, config), config);
 }
 

@@ -4,6 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { loadChatTemplate } from '../../src/rollout/chat-template.js';
 import { loadTokenizer } from '../../src/rollout/tokenizer.js';
 import { ROOT } from '../support/helpers.js';
 
@@ -82,6 +83,32 @@ describe('tiny tokenizer', () => {
       assert.equal(tk.tokenToId('<answer>'), 9);
       const text = 'print(sum(map(int, input().split()))) <answer>ok</answer>';
       assert.equal(tk.decode(tk.encode(text)), text);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+// Catches: `--chat-template model` missing a checkpoint's template that newer transformers save
+// beside the config as chat_template.jinja (a brought model's folder), or that file overriding a
+// template the config itself holds.
+describe('a checkpoint folder’s chat template', () => {
+  it('comes from chat_template.jinja when tokenizer_config.json has none, never over the config’s own', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rstar-template-'));
+    try {
+      writeFileSync(join(dir, 'tokenizer.json'), readFileSync(join(ROOT, 'fixtures/tiny/tokenizer.json')));
+      const config = JSON.parse(readFileSync(join(ROOT, 'fixtures/tiny/tokenizer_config.json'), 'utf8'));
+      delete config.chat_template;
+      writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(config));
+      writeFileSync(join(dir, 'chat_template.jinja'), '{% for m in messages %}[{{ m.content }}]{% endfor %}');
+      const template = await loadChatTemplate('model', await loadTokenizer(dir));
+      assert.equal(template.render([{ role: 'user', content: 'hi' }], {}), '[hi]');
+      writeFileSync(
+        join(dir, 'tokenizer_config.json'),
+        JSON.stringify({ ...config, chat_template: '<{{ messages[0].content }}>' }),
+      );
+      const own = await loadChatTemplate('model', await loadTokenizer(dir));
+      assert.equal(own.render([{ role: 'user', content: 'hi' }], {}), '<hi>');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
