@@ -1,1 +1,1 @@
-"""rstar's PyTorch backend: the Qwen3 model, HF checkpoints, train-step and the embedded engine."""
+"""rstar's PyTorch backend: the model (Qwen3, Qwen2/2.5, Llama 3.x), HF checkpoints, train-step and the embedded engine."""
