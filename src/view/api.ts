@@ -44,6 +44,7 @@ export const ROW_COLUMNS = [
   'roc_outcome',
   'penalty_tool',
   'penalty_format',
+  'branch',
 ] as const;
 
 function rowValues(r: IndexedRow): unknown[] {
@@ -70,6 +71,7 @@ function rowValues(r: IndexedRow): unknown[] {
     r.roc_outcome,
     r.penalty.tool_error,
     r.penalty.format,
+    r.branch,
   ];
 }
 
@@ -122,6 +124,10 @@ const ROLLOUT_FIELDS = [
   'policy_version',
   'turns_by_version',
   'tool_cache',
+  // the model's own tokens (a branch's part after its branch point only): arms compare at equal ones
+  'generated_tokens',
+  // tree rollouts: {points, samples, correct, recovered, errors, tokens}
+  'branches',
   'wait_seconds',
 ];
 
@@ -169,8 +175,17 @@ export function overviewPayload(ix: RunIndex) {
     if (r.eval !== null || r.step === null) continue;
     let s = sums.get(r.step);
     if (!s) {
-      s = { n: 0, reward: 0, tokens: 0, format: 0, kept: 0, dropped: 0, truncated: 0 };
+      s = { n: 0, reward: 0, tokens: 0, format: 0, kept: 0, dropped: 0, truncated: 0, branches: 0 };
       sums.set(r.step, s);
+    }
+    // RoC's verdicts cover every trained trajectory, branches too
+    if (r.roc === 'kept') s.kept += 1;
+    if (r.roc === 'dropped') s.dropped += 1;
+    // the means are the problem's samples', as rollout's own statistics (a branch repeats its
+    // parent's prefix and starts from a failed call: it is no sample of the policy)
+    if (r.branch) {
+      s.branches += 1;
+      continue;
     }
     s.n += 1;
     s.reward += r.reward;
@@ -183,16 +198,16 @@ export function overviewPayload(ix: RunIndex) {
     }
     if (r.answer_tags === 0 || r.answer === null) s.format += 1;
     if (r.finish === 'length' || r.finish === 'tool_overflow') s.truncated += 1;
-    if (r.roc === 'kept') s.kept += 1;
-    if (r.roc === 'dropped') s.dropped += 1;
   }
   for (const [k, s] of sums) {
+    const mean = (x: number) => (s.n > 0 ? x / s.n : null);
     Object.assign(at(k), {
       indexed: s.n,
-      traj_reward: s.reward / s.n,
-      response_tokens: s.tokens / s.n,
-      format_violation_share: s.format / s.n,
-      truncated_share: s.truncated / s.n,
+      indexed_branches: s.branches,
+      traj_reward: mean(s.reward),
+      response_tokens: mean(s.tokens),
+      format_violation_share: mean(s.format),
+      truncated_share: mean(s.truncated),
       roc_kept: s.kept,
       roc_dropped: s.dropped,
     });
@@ -262,6 +277,9 @@ export async function trajectoryPayload(ix: RunIndex, n: number, tokenText?: Tok
   const problem = ix.problems.get(row.problem_id) ?? null;
   const ids = Array.isArray(t.response_ids) ? (t.response_ids as number[]) : [];
   const texts = tokenText ? await tokenText(ids) : undefined;
+  const parent = ix.parentOf(row);
+  const point = (t.branch ?? {}) as Record<string, unknown>;
+  const whole = (v: unknown) => (typeof v === 'number' ? v : null);
   return {
     n,
     generation: ix.generation,
@@ -287,6 +305,34 @@ export async function trajectoryPayload(ix: RunIndex, n: number, tokenText?: Tok
     penalty: row.penalty,
     roc: row.roc,
     roc_outcome: row.roc_outcome,
+    /** Tree rollouts: where this trajectory branched from (its parent's handle, when indexed). */
+    branch: row.branch
+      ? {
+          parent: row.branch.parent,
+          parent_n: parent?.n ?? null,
+          offset: row.branch.offset,
+          text_offset: whole(point.text_offset),
+          turn: whole(point.turn),
+          calls: whole(point.calls),
+          index: row.branch.index,
+          of: row.branch.of,
+        }
+      : null,
+    /** The trajectories branched from this one, by branch point and index. */
+    branches: ix
+      .branchesOf(row)
+      .map((b) => ({
+        n: b.n,
+        id: b.id,
+        offset: b.branch?.offset ?? 0,
+        index: b.branch?.index ?? 0,
+        of: b.branch?.of ?? 0,
+        reward: b.reward,
+        finish: b.finish,
+        tool_errors: b.tool_errors,
+        roc: b.roc,
+      }))
+      .sort((a, b) => a.offset - b.offset || a.index - b.index),
     advantage: typeof t.advantage === 'number' ? t.advantage : null,
     error: t.error ?? null,
     timing: t.timing ?? null,

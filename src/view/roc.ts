@@ -14,6 +14,28 @@ export interface RocSettings {
   keep: number;
 }
 
+/** A group's decision rule: the stage's keep, and RoC's per-class minimums (rl.sh: 2 and 2). */
+export interface GroupRule {
+  keep: number;
+  minPos: number;
+  minNeg: number;
+}
+
+/** A problem's group of samples: the stage's settings as rl.sh passes them to roc-filter. */
+export function rootRule(settings: RocSettings): GroupRule {
+  return { keep: settings.keep, minPos: 2, minNeg: 2 };
+}
+
+/**
+ * A branch group (tree rollouts: the `of` siblings from one branch point) as roc-filter decides it:
+ * at most min(--keep, of) kept, the minimums clamped to that (a group smaller than --keep is not
+ * too small to train on, as a problem's would be; src/commands/roc-filter.ts).
+ */
+export function branchRule(settings: RocSettings, of: number): GroupRule {
+  const keep = Math.min(settings.keep, of);
+  return { keep, minPos: Math.min(2, keep), minNeg: Math.min(2, keep) };
+}
+
 export interface RocMember {
   sample: number;
   reward: number;
@@ -36,14 +58,14 @@ export function rocSettings(manifest: Record<string, string>): RocSettings | und
 }
 
 /** roc-filter's decision on one complete group (infrastructure failures are never kept). */
-export function rocVerdict(members: readonly RocMember[], settings: RocSettings): RocVerdict {
+export function rocVerdict(members: readonly RocMember[], rule: GroupRule): RocVerdict {
   const order = members.map((m, i) => ({ m, i })).sort((a, b) => a.m.sample - b.m.sample);
   const scored = order.filter(({ m }) => m.finish !== 'error');
   const kept = members.map(() => false);
   if (scored.length === 0) return { outcome: 'infra-only', kept };
   const decision = rocSelect(
     scored.map(({ m }) => ({ sample: m.sample, reward: m.reward, penalty: m.penalty })),
-    { keep: settings.keep, minPos: 2, minNeg: 2, rejectEqual: true, positives: 'sorted' },
+    { keep: rule.keep, minPos: rule.minPos, minNeg: rule.minNeg, rejectEqual: true, positives: 'sorted' },
   );
   for (const k of decision.kept) kept[scored[k].i] = true;
   return { outcome: decision.outcome, kept };

@@ -34,10 +34,23 @@ export interface Row {
   turn_versions: string[] | null;
   /** RoC's penalties (tool-error ratio, format; total), from the text as roc-filter computes them. */
   penalty: { tool_error: number; format: number; total: number };
+  /**
+   * Tree rollouts: the trajectory it branched from and where (response token `offset`), its index
+   * among its `of` siblings; null for a root sample. Its penalty is its own part's (after the
+   * branch point, as roc-filter scores it), and its RoC group is its siblings, not its problem.
+   */
+  branch: RowBranch | null;
   /** RoC's decision for training trajectories: kept, dropped, or null (evaluation, or unknown). */
   roc: 'kept' | 'dropped' | null;
   /** The group's RoC outcome (`sampled`, `rejected-equal`, ...), null where there is none. */
   roc_outcome: string | null;
+}
+
+export interface RowBranch {
+  parent: string;
+  offset: number;
+  index: number;
+  of: number;
 }
 
 /** The long numeric arrays of a trajectory line; their keys cannot occur inside a JSON string unescaped. */
@@ -114,6 +127,7 @@ export function summarize(bytes: Buffer): RowFields {
     return v;
   };
   const step = record.step;
+  const branch = branchOf(record.branch);
   const versions = record.turn_versions;
   const answer = record.answer;
   return {
@@ -132,6 +146,35 @@ export function summarize(bytes: Buffer): RowFields {
     model_tokens: modelTokens < 0 ? tokens : modelTokens,
     policy_version: typeof record.policy_version === 'string' ? record.policy_version : null,
     turn_versions: Array.isArray(versions) ? versions.map(String) : null,
-    penalty: scoreText(str('text')).penalty,
+    // a branch is scored on what it did after its branch point (src/algo/parse-pool.ts): the failed
+    // call it branched from is its parent's, and every sibling shares it
+    penalty: scoreText(branch ? str('text').slice(branch.text_offset) : str('text')).penalty,
+    branch: branch
+      ? { parent: branch.parent, offset: branch.offset, index: branch.index, of: branch.of }
+      : null,
   };
+}
+
+/** A record's `branch` (src/records/trajectory.ts `Branch`), checked field by field; undefined when absent. */
+function branchOf(value: unknown): (RowBranch & { text_offset: number }) | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object' || Array.isArray(value)) throw new Error('branch: expected an object');
+  const b = value as Record<string, unknown>;
+  if (typeof b.parent !== 'string' || b.parent === '')
+    throw new Error('branch.parent: expected a trajectory id');
+  const count = (k: string, least: number): number => {
+    const v = b[k];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < least)
+      throw new Error(`branch.${k}: expected an integer >= ${least}`);
+    return v;
+  };
+  const branch = {
+    parent: b.parent,
+    offset: count('offset', 0),
+    text_offset: count('text_offset', 0),
+    index: count('index', 0),
+    of: count('of', 1),
+  };
+  if (branch.index >= branch.of) throw new Error(`branch.index: ${branch.index} of ${branch.of} siblings`);
+  return branch;
 }

@@ -6,7 +6,7 @@ import { Report } from '../records/eval.js';
 import { EndBatch, Step } from '../records/step.js';
 import { type EvalDir, emptyLayout, hasRecords, type RunLayout, readManifest, scanLayout } from './layout.js';
 import { familyOf, type ProblemInfo, readProblems } from './problems.js';
-import { type RocSettings, rocSettings, rocVerdict } from './roc.js';
+import { branchRule, type RocSettings, rocSettings, rocVerdict, rootRule } from './roc.js';
 import { type Row, type RowFields, summarize } from './row.js';
 import { FileTail, type TailLine } from './tail.js';
 
@@ -30,8 +30,11 @@ export interface EvalInfo {
 
 const MAX_ISSUES = 200;
 
-/** Bump when a row's fields (row.ts) or what they mean change: an older cache is then ignored. */
-const CACHE_FORMAT = 1;
+/**
+ * Bump when a row's fields (row.ts) or what they mean change: an older cache is then ignored.
+ * 2: `branch` (tree rollouts), and a branch's penalty and verdict are its own part's and group's.
+ */
+export const CACHE_FORMAT = 2;
 /** A live run's cache is written again at most this often (a file of ~4 MB per 25,000 rows). */
 const CACHE_EVERY_MS = 30_000;
 
@@ -58,6 +61,7 @@ const COLUMNS = [
   'penalty_tool',
   'penalty_format',
   'penalty_total',
+  'branch',
   'roc',
   'roc_outcome',
 ] as const;
@@ -112,6 +116,8 @@ export class RunIndex {
   #tails = new Map<string, FileTail>();
   #sizes = new Map<string, number>();
   #groups = new Map<string, number[]>();
+  /** Branch rows by their parent (`branchesOf`): step or evaluation, and the parent's id. */
+  #branches = new Map<string, number[]>();
   #running: Promise<boolean> | undefined;
   /** Unreadable lines of each trajectory file (for the cache). */
   #fileIssues = new Map<string, { list: [number, string][]; count: number }>();
@@ -187,6 +193,7 @@ export class RunIndex {
       this.rows = [];
       this.files = [];
       this.#groups.clear();
+      this.#branches.clear();
       for (const path of [...this.#tails.keys()]) {
         if (this.#isRowFile(path)) {
           this.#tails.delete(path);
@@ -259,6 +266,7 @@ export class RunIndex {
         policy_version: c.policy_version[i],
         turn_versions: c.turn_versions[i],
         penalty: { tool_error: c.penalty_tool[i], format: c.penalty_format[i], total: c.penalty_total[i] },
+        branch: c.branch[i],
       };
       // a complete group's verdict comes with it (deciding 3,000 groups again was half the load time)
       const verdict =
@@ -495,6 +503,7 @@ export class RunIndex {
       policy_version: fields.policy_version,
       turn_versions: fields.turn_versions,
       penalty: fields.penalty,
+      branch: fields.branch,
       step: fields.step ?? step,
       n: this.rows.length,
       file,
@@ -507,6 +516,12 @@ export class RunIndex {
       family: problem?.family ?? familyOf(fields.problem_id),
     };
     this.rows.push(row);
+    if (row.branch) {
+      const key = treeKey(row, row.branch.parent);
+      const list = this.#branches.get(key);
+      if (list) list.push(row.n);
+      else this.#branches.set(key, [row.n]);
+    }
     if (evalName === null && row.step !== null && !verdict) this.#group(row);
   }
 
@@ -550,24 +565,47 @@ export class RunIndex {
     );
   }
 
-  /** Adds a training row to its (step, problem) group and decides RoC once the group is complete. */
+  /**
+   * Adds a training row to its group and decides RoC once the group is complete: a root sample's
+   * group is its (step, problem), complete at the stage's n; a branch's is its siblings from the same
+   * branch point (step and `branchGroupKey`), complete at its `of` (as roc-filter groups them).
+   */
   #group(row: IndexedRow): void {
     const settings = this.settingsAt(row.step as number);
     if (!settings) return;
-    const key = `${row.step}\u0000${row.problem_id}`;
+    // \u0001 keeps a branch point's key apart from any problem id's
+    const key = row.branch
+      ? `${row.step}\u0000\u0001${row.branch.parent}@${row.branch.offset}`
+      : `${row.step}\u0000${row.problem_id}`;
     const members = this.#groups.get(key) ?? [];
     members.push(row.n);
     this.#groups.set(key, members);
-    if (members.length !== settings.n) return;
+    if (members.length !== (row.branch ? row.branch.of : settings.n)) return;
     const rows = members.map((n) => this.rows[n]);
     const verdict = rocVerdict(
       rows.map((r) => ({ sample: r.sample, reward: r.reward, penalty: r.penalty.total, finish: r.finish })),
-      settings,
+      row.branch ? branchRule(settings, row.branch.of) : rootRule(settings),
     );
     rows.forEach((r, i) => {
       r.roc = verdict.kept[i] ? 'kept' : 'dropped';
       r.roc_outcome = verdict.outcome;
     });
+  }
+
+  /** The rows branched from `parent` (tree rollouts), in the order indexed. */
+  branchesOf(parent: IndexedRow): IndexedRow[] {
+    return (this.#branches.get(treeKey(parent, parent.id)) ?? []).map((n) => this.rows[n]);
+  }
+
+  /** The row a branch came from: the trajectory of its step (or evaluation) with the parent's id. */
+  parentOf(row: IndexedRow): IndexedRow | undefined {
+    if (!row.branch) return undefined;
+    const parent = row.branch.parent;
+    const same = (r: IndexedRow) => r.id === parent && r.step === row.step && r.eval === row.eval;
+    // rollout writes a step's trajectories together: look near the branch first
+    for (let i = row.n - 1; i >= 0; i--) if (same(this.rows[i])) return this.rows[i];
+    for (let i = row.n + 1; i < this.rows.length; i++) if (same(this.rows[i])) return this.rows[i];
+    return undefined;
   }
 
   /** The RoC settings of the stage holding `step` (the last stage starting at or before it). */
@@ -624,4 +662,9 @@ export class RunIndex {
     this.evals.set(e.name, { name: e.name, report, problems });
     this.version += 1;
   }
+}
+
+/** Where a trajectory's branches are found: its step (or evaluation) and the parent's id. */
+function treeKey(row: { step: number | null; eval: string | null }, parent: string): string {
+  return `${row.step ?? ''}\u0000${row.eval ?? ''}\u0000${parent}`;
 }

@@ -262,6 +262,15 @@ async function showSteps(q, run) {
       h('td', {}, p.policy_version === undefined ? '' : String(p.policy_version)),
       h('td', {}, versions(p)),
       [p.generate_seconds, p.wait_seconds, p.train_seconds].map((x) => h('td', { class: 'num' }, fmt(x, 1))),
+      h('td', { class: 'num' }, fmt(p.generated_tokens)),
+      // rollout's own counts (its end_batch stats.branches), served as they are: the page adds nothing
+      h(
+        'td',
+        { class: 'num', 'data-branches': '' },
+        p.branches
+          ? `${p.branches.points} · ${p.branches.samples} · ${p.branches.correct} · ${p.branches.recovered}`
+          : '',
+      ),
       h('td', {}, p.skipped ?? ''),
     ),
   );
@@ -286,6 +295,8 @@ async function showSteps(q, run) {
         'generation s',
         'waiting s',
         'training s',
+        'generated tokens',
+        'branch points · samples · correct · recovered',
         'skipped',
       ],
       body,
@@ -295,8 +306,6 @@ async function showSteps(q, run) {
 }
 
 // ---- trajectories --------------------------------------------------------------------------
-
-const FILTERS = ['step', 'eval', 'problem', 'family', 'reward', 'finish', 'roc', 'tools', 'errors'];
 
 function matches(r, f) {
   if (f.step !== undefined && f.step !== '' && String(r.step) !== f.step) return false;
@@ -310,6 +319,8 @@ function matches(r, f) {
   if (f.tools !== undefined && f.tools !== '' && String(r.tool_calls) !== f.tools) return false;
   if (f.errors === 'any' && !(r.tool_errors > 0)) return false;
   if (f.errors === 'none' && r.tool_errors > 0) return false;
+  if (f.tree === 'root' && r.branch) return false;
+  if (f.tree === 'branch' && !r.branch) return false;
   return true;
 }
 
@@ -361,6 +372,7 @@ async function showTrajectories(q, run) {
     select('roc', ['kept', 'dropped'], q.roc, q, run),
     select('tools', distinct('tool_calls'), q.tools, q, run),
     select('errors', ['any', 'none'], q.errors, q, run),
+    select('tree', ['root', 'branch'], q.tree, q, run),
   );
   const body = shown.map((r) =>
     h(
@@ -373,7 +385,7 @@ async function showTrajectories(q, run) {
         {},
         r.step === null
           ? ''
-          : h('a', { href: link('group', { run, step: r.step, problem: r.problem_id }) }, 'group'),
+          : h('a', { href: groupLink(run, r.step, r) }, r.branch ? 'branch group' : 'group'),
       ),
       h('td', {}, r.family),
       h('td', { class: r.reward > 0 ? 'num good' : 'num bad' }, fmt(r.reward)),
@@ -443,6 +455,19 @@ function tokenView(tv) {
   return pre;
 }
 
+/** A branch's turns with a mark where its own part starts: the turns before it are its parent's. */
+function branchPoint(t, turns) {
+  if (!t.branch || t.branch.turn === null) return turns;
+  const at = t.segments.findIndex((s) => s.role === 'assistant' && s.turn === t.branch.turn);
+  if (at === -1) return turns;
+  const mark = h(
+    'div',
+    { class: 'branch-point' },
+    `branch point: the turns above are ${t.branch.parent}'s (trained with it); this branch's own part starts here`,
+  );
+  return [...turns.slice(0, at), mark, ...turns.slice(at)];
+}
+
 async function showTrajectory(q, run) {
   const t = await api(`run/${run}/trajectory/${Number(q.n)}`, q.tokens === '1' ? { tokens: '1' } : {});
   const turns = t.segments.map((s) =>
@@ -475,8 +500,40 @@ async function showTrajectory(q, run) {
         ),
   );
   const p = t.problem;
+  const b = t.branch;
   const facts = [
     ['id', t.id],
+    b
+      ? [
+          'branch',
+          h(
+            'span',
+            { 'data-branch': '' },
+            `branch ${b.index} of ${b.of} from `,
+            b.parent_n === null
+              ? b.parent
+              : h('a', { href: link('trajectory', { run, n: b.parent_n }) }, b.parent),
+            ` at token ${b.offset}${b.turn === null ? '' : ` (turn ${b.turn})`}`,
+          ),
+        ]
+      : null,
+    t.branches.length > 0
+      ? [
+          'branches',
+          h(
+            'ul',
+            { class: 'branches' },
+            t.branches.map((c) =>
+              h(
+                'li',
+                { 'data-n': c.n },
+                h('a', { href: link('trajectory', { run, n: c.n }) }, c.id),
+                ` at token ${c.offset}: reward ${fmt(c.reward)}, ${c.finish}${c.roc ? `, RoC ${c.roc}` : ''}`,
+              ),
+            ),
+          ),
+        ]
+      : null,
     ['where', t.where],
     [t.step === null ? 'evaluation' : 'step', t.step === null ? t.eval : String(t.step)],
     ['family', t.family],
@@ -494,7 +551,7 @@ async function showTrajectory(q, run) {
     ],
     ['policy', `${t.policy ?? ''}${t.policy_version !== null ? ` · version ${t.policy_version}` : ''}`],
     ['tokens', String(t.tokens)],
-  ];
+  ].filter((f) => f !== null);
   const tokensLink = window.RSTAR_STATIC
     ? null
     : h(
@@ -512,8 +569,10 @@ async function showTrajectory(q, run) {
       t.step !== null
         ? h(
             'a',
-            { href: link('group', { run, step: t.step, problem: t.problem_id }) },
-            `the ${t.problem_id} group of step ${t.step}`,
+            { href: groupLink(run, t.step, t) },
+            b
+              ? `the branch group of ${b.parent} at token ${b.offset}, step ${t.step}`
+              : `the ${t.problem_id} group of step ${t.step}`,
           )
         : null,
       ' ',
@@ -533,16 +592,29 @@ async function showTrajectory(q, run) {
       ? h('p', {}, 'No tokenizer found for this run (give rstar view --tokenizer DIR).')
       : null,
     h('h2', {}, 'Turns'),
-    h('div', { class: 'turns' }, turns),
+    h('div', { class: 'turns' }, branchPoint(t, turns)),
   );
 }
 
 // ---- one problem's samples side by side ----------------------------------------------------
 
+/**
+ * A trajectory's RoC group: its problem's samples of the step, or for a branch its siblings from the
+ * same branch point (`point`: PARENT@OFFSET, roc-filter's `branchGroupKey`).
+ */
+function groupLink(run, step, r) {
+  return r.branch
+    ? link('group', { run, step, problem: r.problem_id, point: `${r.branch.parent}@${r.branch.offset}` })
+    : link('group', { run, step, problem: r.problem_id });
+}
+
 async function showGroup(q, run) {
   const all = await rows(run);
+  const inGroup = q.point
+    ? (r) => r.branch !== null && `${r.branch.parent}@${r.branch.offset}` === q.point
+    : (r) => r.branch === null && r.problem_id === q.problem;
   const members = all
-    .filter((r) => String(r.step) === q.step && r.problem_id === q.problem && r.eval === null)
+    .filter((r) => String(r.step) === q.step && r.eval === null && inGroup(r))
     .sort((a, b) => a.sample - b.sample);
   const details = await Promise.all(members.map((r) => api(`run/${run}/trajectory/${r.n}`)));
   const p = details[0]?.problem;
@@ -586,7 +658,13 @@ async function showGroup(q, run) {
   return h(
     'section',
     {},
-    h('h1', {}, `Problem ${q.problem}, step ${q.step}: ${members.length} samples`),
+    h(
+      'h1',
+      {},
+      q.point
+        ? `Branch point ${q.point}, step ${q.step}: ${members.length} branches`
+        : `Problem ${q.problem}, step ${q.step}: ${members.length} samples`,
+    ),
     h(
       'p',
       {},
