@@ -19,6 +19,7 @@ export const COMMANDS: Record<string, string> = {
   'hard-problems': 'the problems not solved by every rollout of the last pass (the last RL stage)',
   'engine-serve': 'embedded inference engine speaking the SGLang HTTP subset',
   'model-init': 'randomly initialised Qwen3-architecture checkpoint (HF layout)',
+  'model-merge': 'a LoRA adapter (PEFT format) merged into its base: a full HF checkpoint',
   doctor: 'what the PyTorch backend finds here: Python, torch build, GPUs, bf16, collectives, FSDP, BLAS',
   schema: 'print the JSON Schema of a record',
   view: 'browse runs in the browser: curves, steps, trajectories, evaluations; live, or exported',

@@ -53,6 +53,8 @@ export interface KeepPolicy {
 /**
  * The complete step checkpoints of an `--out` template (`{step}` in its last path component), by
  * step. A folder without trainer_state.json is a save in progress or another run's: never counted.
+ * A LoRA run's step folders are adapter folders (PEFT's files plus trainer_state.json): they count,
+ * and are kept or removed, the same way.
  */
 export function stepCheckpoints(template: string): Map<number, string> {
   const found = new Map<number, string>();

@@ -1,4 +1,4 @@
-"""Entry point: `python src/backend/run.py init|train|serve ...` (also a torchrun script)."""
+"""Entry point: `python src/backend/run.py init|train|serve|merge ...` (also a torchrun script)."""
 
 import os
 import sys
@@ -72,13 +72,15 @@ def quiet_interrupt():
 
 
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("init", "train", "serve"):
-        sys.stderr.write("usage: run.py init|train|serve [options]\n")
+    if len(sys.argv) < 2 or sys.argv[1] not in ("init", "train", "serve", "merge"):
+        sys.stderr.write("usage: run.py init|train|serve|merge [options]\n")
         return 2
     cmd, argv = sys.argv[1], sys.argv[2:]
     reuse_freed_memory()
     if cmd == "init":
         from rstar_backend.init import main as run
+    elif cmd == "merge":
+        from rstar_backend.lora import main as run
     elif cmd == "train":
         quiet_interrupt()
         from rstar_backend.train import main as run

@@ -6,7 +6,7 @@
  *
  * Adding a flag: one entry here, then its use in src/backend/rstar_backend/train.py (`cfg.<backend>`).
  */
-import { type Command, Option } from 'commander';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 import { choice, integer, number } from '../program.js';
 
 interface Flag {
@@ -23,6 +23,38 @@ interface Flag {
   readonly backend?: string;
   /** `grpo`: meaningless for SFT; `pipeline`: the RL pipeline's (streaming, engines, staleness). */
   readonly group?: 'grpo' | 'pipeline';
+}
+
+const LORA_MODULES = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] as const;
+
+/**
+ * --lora-targets: `all-linear`, or a comma list of the short names (q,k,v,o,gate,up,down) or the
+ * Hugging Face module names they stand for (q_proj, ..., down_proj). Returns the HF names, in the
+ * model's order, joined by commas (what the backend and adapter_config.json's target_modules use).
+ */
+export function loraTargets(value: string): string {
+  if (value === 'all-linear') return LORA_MODULES.map((m) => `${m}_proj`).join(',');
+  const names = new Set<string>();
+  for (const part of value.split(',').map((p) => p.trim())) {
+    const short = part.endsWith('_proj') ? part.slice(0, -'_proj'.length) : part;
+    if (!(LORA_MODULES as readonly string[]).includes(short)) {
+      throw new InvalidArgumentError(
+        `${JSON.stringify(part)} is not a LoRA target (expected all-linear or a comma list of ${LORA_MODULES.join(',')})`,
+      );
+    }
+    names.add(short);
+  }
+  return LORA_MODULES.filter((m) => names.has(m))
+    .map((m) => `${m}_proj`)
+    .join(',');
+}
+
+function positive(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n <= 0) {
+    throw new InvalidArgumentError(`${value} is not a number > 0`);
+  }
+  return n;
 }
 
 export const TRAIN_FLAGS = {
@@ -277,6 +309,39 @@ export const TRAIN_FLAGS = {
     parse: integer(0),
     default: 0,
     backend: 'seed',
+  },
+  loraRank: {
+    flags: '--lora-rank <r>',
+    description:
+      'train a LoRA adapter of rank R (base frozen, AdamW over the adapter only); --out then writes an adapter folder in PEFT format',
+    parse: integer(1),
+    backend: 'lora_rank',
+  },
+  loraAlpha: {
+    flags: '--lora-alpha <a>',
+    description: 'LoRA alpha: the update is scaled by alpha / rank (default: the rank, a scale of 1)',
+    parse: positive,
+    backend: 'lora_alpha',
+  },
+  loraDropout: {
+    flags: '--lora-dropout <p>',
+    description: "dropout on the LoRA branch's input",
+    parse: number(0, 0.99),
+    default: 0,
+    backend: 'lora_dropout',
+  },
+  loraTargets: {
+    flags: '--lora-targets <list>',
+    description: 'the layers LoRA wraps: all-linear | a comma list of q,k,v,o,gate,up,down',
+    parse: loraTargets,
+    default: 'all-linear',
+    backend: 'lora_targets',
+  },
+  loraInit: {
+    flags: '--lora-init <dir>',
+    description:
+      'warm-start LoRA from this adapter folder (PEFT format): its rank, alpha, dropout and targets (a --lora-rank or --lora-alpha given must match), and its AdamW moments when it has them',
+    backend: 'lora_init',
   },
   nproc: {
     flags: '--nproc <n>',

@@ -14,6 +14,11 @@ records r, r+W, ...; gradients are summed across ranks and every loss is divided
 count of loss tokens, so W processes compute the same update as one. `dtype` (bf16/fp16 compute, fp32
 master weights and AdamW state) and `shard` (FSDP2: parameters, gradients and moments split across the
 ranks) are parallel.py's.
+
+LoRA (`lora_rank`, or `lora_init`: a warm start from an adapter folder): lora.py wraps the target
+linear layers before any sharding; the base is frozen and kept in the compute dtype, AdamW holds the
+adapter's parameters only, and each checkpoint is an adapter folder in PEFT's format (plus the same
+optimizer.safetensors, trainer_state.json and step.json) over the base `model`, which it names.
 """
 
 import argparse
@@ -27,6 +32,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from . import lora as L
 from . import parallel
 from .checkpoint import (CheckpointError, SafetensorsFile, checkpoint_dtype, copy_tokenizer, load_model, save_model,
                          save_safetensors)
@@ -218,6 +224,7 @@ class Trainer:
         # the ranks' gradients (the data-parallel path all-reduces them so); sharded, FSDP2 reduces them
         # in the backward, and shard() says what the loss must be multiplied by for a sum.
         self.loss_scale = 1
+        self.lora = lora_spec(args)  # None: full fine-tuning
         self.model = self.load(args.model)
         self.model.train()
         self.cfg = self.model.config
@@ -229,15 +236,33 @@ class Trainer:
             self.opt = torch.optim.AdamW(self.params, lr=args.lr, betas=(args.beta1, args.beta2),
                                          eps=args.eps, weight_decay=args.weight_decay)
         self.step_no = 0
-        self.load_state(args.model)
+        # LoRA: the base's optimizer state is not the adapter's; a warm start continues the adapter's own
+        if self.lora is None:
+            self.load_state(args.model)
+        elif args.lora_init:
+            self.load_state(args.lora_init)
         self.ref = None
-        if args.kl_coef > 0:
+        self.has_ref = args.kl_coef > 0
+        # LoRA's reference is the base itself: the same model with its adapter switched off
+        if self.has_ref and not (self.lora and os.path.abspath(args.ref or args.model) == os.path.abspath(args.model)):
             self.ref = self.load(args.ref or args.model, frozen=True)
             self.ref.eval()
 
     def load(self, folder, frozen=False):
-        """A checkpoint as fp32 master weights on this rank's device, sharded across the ranks with --shard."""
-        model = load_model(folder, self.device, torch.float32)
+        """A checkpoint as fp32 master weights on this rank's device, sharded across the ranks with --shard.
+
+        LoRA: the base is frozen, so it needs no fp32 master copy: it is kept in the compute dtype (bf16
+        with --dtype bf16), and only the adapter (fp32) trains. Sharded, the base stays fp32: FSDP2
+        (torch < 2.10) refuses a group whose parameters differ in dtype ("FSDP expects uniform original
+        parameter dtype"), its MixedPrecisionPolicy computes in bf16 anyway, and each rank holds
+        1/world of it. LoRA layers go in before sharding, so FSDP2 shards them with their layer."""
+        lora = self.lora is not None and not frozen
+        model = load_model(folder, self.device, self.dtype if lora and not self.sharded else torch.float32)
+        if lora:
+            if self.args.lora_init:
+                L.load_adapter(model, self.args.lora_init)
+            else:
+                L.add_lora(model, self.lora, seed=self.args.seed)
         if frozen:
             for p in model.parameters():
                 p.requires_grad_(False)
@@ -251,6 +276,14 @@ class Trainer:
         """The forward in the compute dtype (the logits may be bf16: every user casts them to fp32)."""
         with parallel.autocast(self.device, self.dtype, self.sharded):
             return response_logits(model, ids, pos, lengths)
+
+    @torch.no_grad()
+    def ref_logits(self, ids, pos, lengths):
+        """The KL reference's logits: --ref's model, or with LoRA the base (the adapter switched off)."""
+        if self.ref is not None:
+            return self.logits(self.ref, ids, pos, lengths)
+        with L.disabled(self.model):
+            return self.logits(self.model, ids, pos, lengths)
 
     def my_micro_batches(self, shares):
         """This rank's micro-batches of its share (shares[r]: rank r's sequences). Sharded, every forward
@@ -269,9 +302,8 @@ class Trainer:
         pos = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         with torch.set_grad_enabled(train):
             logits = self.logits(self.model, ids, pos, [1])
-        if train and self.ref is not None:
-            with torch.no_grad():
-                self.logits(self.ref, ids, pos, [1])
+        if train and self.has_ref:
+            self.ref_logits(ids, pos, [1])
         if train:
             (logits.float().sum() * 0.0).backward()
 
@@ -413,9 +445,9 @@ class Trainer:
                             m_roll = mask * has_rollout
                             sums[4] += float(((rollout - logp.detach()).abs() * m_roll).sum())
                             sums[5] += float(m_roll.sum())
-                    if self.ref is not None:
+                    if self.has_ref:
                         with torch.no_grad():
-                            ref_lp = token_logprobs(self.logits(self.ref, ids, pos, lengths), tgt)
+                            ref_lp = token_logprobs(self.ref_logits(ids, pos, lengths), tgt)
                         d = (ref_lp - logp).clamp(-20, 20)
                         kl = (torch.exp(d) - d - 1).clamp(-10, 10)  # k3 estimator ("low_var_kl")
                         tok = tok + a.kl_coef * kl
@@ -475,8 +507,10 @@ class Trainer:
                     record["tis_capped_frac"] = float(sums[8]) / float(sums[5])
                 elif correction == "seq-mask":
                     record["seq_masked_frac"] = seq_masked[0] / max(1, seq_masked[1])
-        if self.ref is not None:
+        if self.has_ref:
             record["kl"] = float(sums[6]) / n_tok
+        if self.lora is not None:
+            record["adapter"] = True
         if self.rank == 0 or self.sharded:  # sharded: gathering the weights takes every rank
             self.save(out, record)
         if self.world > 1:
@@ -492,6 +526,8 @@ class Trainer:
                 "approx_kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "lr": 0.0, "sequences": 0, "tokens": 0,
                 "seconds": round(time.time() - t0, 6), "loss_type": self.args.loss, "loss_tokens": 0, "updates": 0,
                 "skipped": "empty batch: every group had equal rewards"}
+        if self.lora is not None:
+            record["adapter"] = True
         if self.rank == 0 or self.sharded:
             self.save(out, record)
         if self.world > 1:
@@ -536,9 +572,15 @@ class Trainer:
         # Whole tensors on rank 0: sharded, gathering them is a collective every rank takes part in.
         keep = self.rank == 0
         state = self.model.state_dict()
-        if self.cfg.tie_word_embeddings:
-            state.pop("lm_head.weight", None)  # the embedding matrix: gathered (and written) once
-        weights = parallel.gather(state, keep, checkpoint_dtype(self.cfg))
+        if self.lora is not None:
+            # an adapter folder: the LoRA weights alone, in the checkpoint's dtype as a full save is
+            # (bf16 for a bf16 base: half the bytes every sync sends; the fp32 moments stay exact)
+            weights = parallel.gather({k: v for k, v in state.items() if L.is_lora_key(k)}, keep,
+                                      checkpoint_dtype(self.cfg))
+        else:
+            if self.cfg.tie_word_embeddings:
+                state.pop("lm_head.weight", None)  # the embedding matrix: gathered (and written) once
+            weights = parallel.gather(state, keep, checkpoint_dtype(self.cfg))
         moments = {}
         for i, p in enumerate(self.params):
             st = self.opt.state.get(p)
@@ -552,9 +594,16 @@ class Trainer:
         out = os.path.normpath(out)
         tmp = f"{out}.partial-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        save_model(self.model, tmp, max_shard_bytes=self.args.max_shard_bytes or None, state=weights)
+        if self.lora is not None:
+            # PEFT's layout (served by vLLM/SGLang, loaded by peft); the base is named by its path. No
+            # tokenizer copy: an adapter folder is what every sync sends, and the base has it.
+            os.makedirs(tmp)
+            L.write_adapter(tmp, L.adapter_state_dict(self.model, weights), self.model.lora_spec,
+                            os.path.abspath(self.args.model), step=record["step"] if record else None)
+        else:
+            save_model(self.model, tmp, max_shard_bytes=self.args.max_shard_bytes or None, state=weights)
+            copy_tokenizer(self.args.model if os.path.isdir(self.args.model) else out, tmp)
         save_safetensors(moments, os.path.join(tmp, MOMENTS))
-        copy_tokenizer(self.args.model if os.path.isdir(self.args.model) else out, tmp)
         meta = {"step": self.step_no, "loss": self.args.loss, "optimizer": self.args.optimizer, "lr": self.args.lr,
                 "betas": [self.args.beta1, self.args.beta2], "weight_decay": self.args.weight_decay}
         with open(os.path.join(tmp, STATE), "w") as f:
@@ -567,6 +616,35 @@ class Trainer:
             os.rename(out, old)
         os.rename(tmp, out)
         shutil.rmtree(old, ignore_errors=True)
+
+
+def lora_spec(args):
+    """The LoRA settings of the run (--lora-rank, or --lora-init's adapter), or None for full
+    fine-tuning. A warm start takes the adapter's rank, alpha and targets; a --lora-rank or
+    --lora-alpha given beside it must agree."""
+    if args.lora_init:
+        spec, _ = L.read_adapter(args.lora_init)
+        where = os.path.join(args.lora_init, L.CONFIG)
+        if args.lora_rank is not None and args.lora_rank != spec.r:
+            raise L.AdapterError(f"{where}: r: {spec.r} but --lora-rank {args.lora_rank}")
+        if args.lora_alpha is not None and float(args.lora_alpha) != spec.alpha:
+            raise L.AdapterError(f"{where}: lora_alpha: {spec.alpha} but --lora-alpha {args.lora_alpha}")
+        if args.lora_dropout not in (0, spec.dropout):
+            raise L.AdapterError(f"{where}: lora_dropout: {spec.dropout} but --lora-dropout {args.lora_dropout}")
+        if args.lora_targets != "all-linear" and L.parse_targets(args.lora_targets) != spec.targets:
+            raise L.AdapterError(f"{where}: target_modules: {list(spec.targets)} but --lora-targets "
+                                 f"{args.lora_targets}")
+        return spec
+    if args.lora_rank is None:
+        given = [flag for flag, value, unset in (("--lora-alpha", args.lora_alpha, None),
+                                                 ("--lora-dropout", args.lora_dropout, 0),
+                                                 ("--lora-targets", args.lora_targets, "all-linear")) if value != unset]
+        if given:  # else a forgotten --lora-rank would silently train the whole model
+            raise SetupError(f"{', '.join(given)}: needs --lora-rank (or --lora-init)")
+        return None
+    alpha = args.lora_alpha if args.lora_alpha is not None else args.lora_rank  # scale 1
+    return L.LoraSpec(r=int(args.lora_rank), alpha=alpha, dropout=args.lora_dropout,
+                      targets=L.parse_targets(args.lora_targets))
 
 
 class Config(dict):

@@ -52,7 +52,8 @@ SETTINGS = dict(loss="sft", lr=1e-6, optimizer="adamw", warmup_steps=0, weight_d
                 beta2=0.999, eps=1e-8, max_grad_norm=1.0, clip_low=0.2, clip_high=0.28, old_logprobs="recompute",
                 kl_coef=0.0, ref=None, entropy_coef=0.0, micro_batch_tokens=16384, mini_batches=1,
                 optimizer_state="auto", epochs=1, rollout_correction="token-tis", rollout_correction_cap=2.0,
-                max_shard_bytes=0, policy=None, dtype="fp32", shard="none", device="cpu", seed=0)
+                max_shard_bytes=0, policy=None, dtype="fp32", shard="none", device="cpu", seed=0,
+                lora_rank=None, lora_alpha=None, lora_dropout=0, lora_targets="all-linear", lora_init=None)
 
 
 def random_records(n, prompt, response, seed, vocab=64, advantages=False):
