@@ -57,6 +57,10 @@
 #                       in length order; on CPU small micro-batches are ~3x faster than one per
 #                       mini-batch: attention's padded (T, T) scores dominate a step)
 #   RSTAR_RL_TRAIN_ARGS [extra train-step flags]
+#   RSTAR_RL_LORA_RANK [0: off]  RSTAR_RL_LORA_ALPHA [the rank]  train a LoRA adapter of rank R on the frozen
+#                       base (train-step --lora-rank, --lora-alpha): OUT/step-K is an adapter folder, the
+#                       engines load each one beside the base as rstar-lora-step-K (never the base again),
+#                       and rollout --lora names it in every request (docs/rollout.md "LoRA")
 #   RSTAR_RL_KEEP_CHECKPOINTS [0: all]  K: after each step only the last K checkpoints stay (train-step
 #                       --keep-checkpoints), besides every RSTAR_RL_KEEP_EVERY-th [0: none] and the one
 #                       the stage started from; a resume needs only the newest
@@ -145,6 +149,20 @@ if [[ $OVERLONG_BUFFER != 0 ]]; then
   OPTIONAL_SETTINGS+=(RSTAR_RL_OVERLONG_BUFFER="$OVERLONG_BUFFER" RSTAR_RL_OVERLONG_PENALTY="$OVERLONG_PENALTY")
   CREDIT+=(--overlong-buffer "$OVERLONG_BUFFER" --overlong-penalty "$OVERLONG_PENALTY" --max-tokens "$MAX_TOKENS")
 fi
+# LoRA (issue 42), off by default and likewise recorded only when set.
+LORA_RANK=${RSTAR_RL_LORA_RANK:-0}
+TRAIN_LORA=()
+ROLLOUT_LORA=()
+if [[ $LORA_RANK != 0 ]]; then
+  [[ $LORA_RANK =~ ^[1-9][0-9]*$ ]] || die "RSTAR_RL_LORA_RANK: expected a positive whole number, got '$LORA_RANK'"
+  LORA_ALPHA=${RSTAR_RL_LORA_ALPHA:-$LORA_RANK}
+  ((FIRST == 1)) || die "RSTAR_RL_LORA_RANK: a LoRA stage starts from the base (RSTAR_RL_FIRST 1), got RSTAR_RL_FIRST=$FIRST"
+  OPTIONAL_SETTINGS+=(RSTAR_RL_LORA_RANK="$LORA_RANK" RSTAR_RL_LORA_ALPHA="$LORA_ALPHA")
+  TRAIN_LORA=(--lora-rank "$LORA_RANK" --lora-alpha "$LORA_ALPHA")
+  ROLLOUT_LORA=(--lora)
+elif [[ -n ${RSTAR_RL_LORA_ALPHA:-} ]]; then
+  die "RSTAR_RL_LORA_ALPHA: set RSTAR_RL_LORA_RANK too (LoRA is off)"
+fi
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 KEEP_CHECKPOINTS=${RSTAR_RL_KEEP_CHECKPOINTS:-0}
 KEEP_EVERY=${RSTAR_RL_KEEP_EVERY:-0}
@@ -186,14 +204,18 @@ mkdir -p "$OUT"
 start=$FIRST
 model=$MODEL
 version=$((FIRST - 1))
-if ((newest >= FIRST)); then
+adapter=''  # with LoRA: the adapter a resumed stage continues from (the base stays $MODEL, version 0)
+if ((newest >= FIRST)) && ((LORA_RANK != 0)); then
+  start=$((newest + 1)) adapter=$OUT/step-$newest
+  TRAIN_LORA+=(--lora-init "$adapter")
+elif ((newest >= FIRST)); then
   start=$((newest + 1)) model=$OUT/step-$newest version=$newest
 else
   [[ -d $MODEL ]] || die "RSTAR_RL_MODEL: $MODEL is not a checkpoint folder"
 fi
 TOKENIZER=${RSTAR_RL_TOKENIZER:-$model}
 [[ -f dist/src/cli.js ]] || npx tsc -p .
-((start > FIRST)) && log "rl: resuming after step $version ($model)"
+((start > FIRST)) && log "rl: resuming after step $((start - 1)) (${adapter:-$model})"
 # A run killed between a checkpoint and its Step record going down the pipe: the record is in the
 # checkpoint (step.json), so steps.jsonl and curve.jsonl get every finished step exactly once.
 touch "$OUT/steps.jsonl" "$OUT/curve.jsonl"
@@ -229,6 +251,8 @@ if ((${#ENGINES[@]} == 0)); then
 else
   child "${RSTAR[@]}" rollout --reload "$model" --weight-version "$version" "${ENGINES[@]/#/--engine=}"
 fi
+# a resumed LoRA stage: the engines serve the base, and the last adapter beside it (rstar-lora-step-K)
+[[ -z $adapter ]] || child "${RSTAR[@]}" rollout --reload "$adapter" --weight-version "$((start - 1))" "${ENGINES[@]/#/--engine=}"
 SANDBOX=${RSTAR_RL_SANDBOX:-}
 if [[ -z $SANDBOX ]]; then
   start_server sandbox-serve "$OUT/sandbox.log" sandbox-serve
@@ -245,7 +269,7 @@ rm -f "$fifo" && mkfifo "$fifo"
   --seed "$SEED" --max-staleness "$STALENESS" --dynamic-sampling "$DYNAMIC" "${OVERSAMPLE[@]}" --refill "$REFILL" \
   "${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$TOKENIZER" --chat-template "$TEMPLATE" \
   --max-tokens "$MAX_TOKENS" --max-turns "$MAX_TURNS" --temperature "$TEMPERATURE" --tool-cache "$TOOL_CACHE" \
-  --tool-cache-audit "$TOOL_CACHE_AUDIT" --tool-state "$TOOL_STATE" "${BRANCHING[@]}" \
+  --tool-cache-audit "$TOOL_CACHE_AUDIT" --tool-state "$TOOL_STATE" "${BRANCHING[@]}" "${ROLLOUT_LORA[@]}" \
   --save "$OUT/trajectories/step-{step}.jsonl" --step-stats "$OUT/rollout-steps.jsonl" >"$fifo" &
 rollout_pid=$!
 trained() {
@@ -253,11 +277,11 @@ trained() {
   "${RSTAR[@]}" roc-filter --keep "$KEPT" --group-size "$N" --positives "$POSITIVES" --seed "$SEED" \
     --reserve-recovered "$RESERVE_RECOVERED" --stats "$OUT/roc-stats.json" <"$fifo" |
     "${RSTAR[@]}" advantage --group-size "$KEPT" "${CREDIT[@]}" --stats "$OUT/advantage-stats.json" |
-    "${RSTAR[@]}" train-step --follow --loss grpo --model "$model" --weight-version "$version" \
+    "${RSTAR[@]}" train-step --follow --loss grpo --model "$model" --weight-version "$((start - 1))" \
       --out "$OUT/step-{step}" --policy "rl-step-{step}" --sync "${ENGINES[@]}" --max-staleness "$STALENESS" \
       --lr "$LR" --mini-batches "$MINI" --passes-per-batch "$EPOCHS" --threads "$TRAIN_THREADS" \
       --micro-batch-tokens "$MICRO_TOKENS" --keep-checkpoints "$KEEP_CHECKPOINTS" --keep-every "$KEEP_EVERY" \
-      ${RSTAR_RL_TRAIN_ARGS:-} |
+      "${TRAIN_LORA[@]}" ${RSTAR_RL_TRAIN_ARGS:-} |
     tee -a "$OUT/steps.jsonl" |
     while IFS= read -r record; do
       k=$(json_number "$record" step)

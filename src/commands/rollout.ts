@@ -7,6 +7,7 @@ import { addDeprecatedAlias, choice, integer, interactive, number, parse, progra
 import { Problem } from '../records/problem.js';
 import { Trajectory } from '../records/trajectory.js';
 import { branchBudget, defaultBranchBudget } from '../rollout/branch.js';
+import { serveCheckpoint } from '../rollout/engines.js';
 import {
   type EngineClient,
   engineClient,
@@ -177,7 +178,7 @@ export async function run(argv: string[]): Promise<void> {
     .option('--step-stats <file>', "RL loop: append each step's statistics (the end_batch line) to FILE")
     .option(
       '--lora',
-      'RL loop with LoRA: the engines serve adapters rstar-lora-step-N (train-step --sync); every request names the step\'s adapter (the base for 0) and a reply from another policy is refused',
+      "RL loop with LoRA: the engines serve adapters rstar-lora-step-N (train-step --sync); every request names the step's adapter (the base for 0) and a reply from another policy is refused",
     );
   addDeprecatedAlias(cmd, '--kv-tokens <n>', '--max-total-tokens');
   if (!parse(cmd, argv)) return;
@@ -221,7 +222,8 @@ export async function run(argv: string[]): Promise<void> {
       engineClient(u, f.engineKind, { timeoutMs: f.engineTimeout * 1000 }),
     );
     if (f.reload !== undefined) {
-      await Promise.all(engines.map((e) => e.reload(f.reload!, f.weightVersion)));
+      // an adapter folder (LoRA) is loaded beside the base as rstar-lora-step-N, N the weight version
+      await Promise.all(engines.map((e) => serveCheckpoint(e, f.reload!, f.weightVersion, true)));
       if (interactive()) process.stderr.write(`${engines.length} engine(s) now serve ${f.reload}\n`);
       if (f.problems === undefined) return;
     }

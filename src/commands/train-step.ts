@@ -5,7 +5,14 @@ import { DataError, UsageError } from '../errors.js';
 import { NdjsonWriter, openInput, readLines, type SourceLine } from '../ndjson/index.js';
 import { addDeprecatedAlias, parse, program } from '../program.js';
 import type { Step } from '../records/step.js';
-import { type EngineClient, engineClient } from '../rollout/engines.js';
+import {
+  adapterName,
+  type EngineClient,
+  EngineError,
+  engineClient,
+  isAdapterFolder,
+  serveCheckpoint,
+} from '../rollout/engines.js';
 
 /**
  * An end_batch line of the input: what a driver may set for the step it closes, the learning rate
@@ -30,12 +37,30 @@ function batchEnd({ text, line, source }: SourceLine): BatchEnd {
   return { lr, step };
 }
 
-async function syncEngines(engines: EngineClient[], record: Step): Promise<void> {
-  try {
-    await Promise.all(engines.map((e) => e.reload(record.checkpoint, String(record.step))));
-  } catch (error) {
-    throw new DataError(`--sync: step ${record.step}: ${(error as Error).message}`);
-  }
+/**
+ * Makes the engines serve a step's checkpoint. A LoRA step's checkpoint is an adapter folder
+ * (adapter_config.json): the engines load the adapter alone under a new name per step
+ * (rstar-lora-step-N), never the base, and unload those older than the `keep` newest (rollout
+ * --max-staleness N asks for adapters up to N steps old: keep N + 1).
+ */
+function engineSync(engines: EngineClient[], keep: number, resumed: number[]) {
+  const loaded = [...resumed]; // adapter steps the engines may hold, oldest first
+  return async (record: Step): Promise<void> => {
+    try {
+      await Promise.all(engines.map((e) => serveCheckpoint(e, record.checkpoint, String(record.step))));
+      if (!isAdapterFolder(record.checkpoint)) return;
+      loaded.push(record.step);
+      const old = loaded.splice(0, Math.max(0, loaded.length - keep));
+      // an engine that no longer holds one (restarted since) answers 4xx: nothing to unload
+      const unload = (e: EngineClient, step: number) =>
+        e.unloadAdapter(adapterName(step)).catch((error: unknown) => {
+          if (!(error instanceof EngineError) || error.retryable) throw error;
+        });
+      for (const step of old) await Promise.all(engines.map((e) => unload(e, step)));
+    } catch (error) {
+      throw new DataError(`--sync: step ${record.step}: ${(error as Error).message}`);
+    }
+  };
 }
 
 export async function run(argv: string[]): Promise<void> {
@@ -52,6 +77,9 @@ export async function run(argv: string[]): Promise<void> {
     throw new UsageError("--keep-checkpoints: --out must name each step's folder with {step}");
   }
   const engines = (o.sync ?? []).map((url) => engineClient(url, o.engineKind));
+  // a LoRA run resumed from step K's adapter (--lora-init): the engines hold it as rstar-lora-step-K
+  const resumed = o.loraInit !== undefined && o.weightVersion > 0 ? [o.weightVersion] : [];
+  const syncEngines = engineSync(engines, (o.maxStaleness ?? 0) + 1, resumed);
   // Started before the input is read, so loading the model overlaps with the upstream producer.
   const trainer = await startTrainer(o);
   const writer = new NdjsonWriter();
@@ -63,11 +91,13 @@ export async function run(argv: string[]): Promise<void> {
     output = output.then(async () => {
       const { record, line } = await step;
       if (engines.length > 0) {
-        await syncEngines(engines, record).catch((error: Error) => {
+        await syncEngines(record).catch((error: Error) => {
           // training on while the engines serve stale weights would make every later batch
           // off-policy without anyone noticing: a failed sync stops the trainer
           syncFailure = error;
           void trainer.kill();
+          // stop reading too: upstream (rollout waiting for this very policy) may send nothing more
+          stream.destroy();
           throw error;
         });
       }
@@ -77,7 +107,8 @@ export async function run(argv: string[]): Promise<void> {
         pruneCheckpoints(o.out, record.step, {
           last: o.keepCheckpoints,
           every: o.keepEvery,
-          protect: [o.model],
+          // a warm start's adapter may be one of this template's folders (a resumed LoRA run)
+          protect: o.loraInit ? [o.model, o.loraInit] : [o.model],
         });
       }
     });

@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Generation } from './agent.js';
 import { ROLLOUT_DEFAULTS } from './defaults.js';
 import { EngineError, EngineHttp } from './http.js';
@@ -11,6 +13,75 @@ export interface SamplingOptions {
   topP: number;
   /** Per-request seed, so a rerun samples the same tokens on engines that honour it. */
   seed?: number;
+  /**
+   * LoRA: the policy the request must be served by. The request names the adapter (SGLang's
+   * `lora_path`, vLLM's `model`) and a reply from anything else is refused with `PolicyMismatch`.
+   */
+  policy?: LoraPolicy;
+}
+
+/** A LoRA run's policy: an adapter the engines serve, or the base (`adapter` undefined: step 0, B = 0). */
+export interface LoraPolicy {
+  adapter?: string;
+  /** Its weight_version: the step the adapter was trained to. */
+  version: string;
+}
+
+/** The adapter name of step N: a new name per step, so no engine reuses a prefix cached under another (vLLM #42125). */
+export function adapterName(step: number): string {
+  return `rstar-lora-step-${step}`;
+}
+
+/** The step of an adapter named by `adapterName`, or undefined. */
+export function adapterStep(name: string): number | undefined {
+  const m = /^rstar-lora-step-(\d+)$/.exec(name);
+  return m ? Number(m[1]) : undefined;
+}
+
+/** A LoRA adapter folder in PEFT's format (what train-step --lora-rank checkpoints), not a full checkpoint. */
+export function isAdapterFolder(folder: string): boolean {
+  return existsSync(join(folder, 'adapter_config.json'));
+}
+
+/**
+ * Makes `engine` serve `folder` as weight_version `version`: a full checkpoint reloaded in place, an
+ * adapter folder loaded beside the base as `adapterName(version)` (the base is never sent again).
+ * `replace`: an adapter of that name the engine may still hold (a resumed run) is unloaded first.
+ */
+export async function serveCheckpoint(
+  engine: EngineClient,
+  folder: string,
+  version?: string,
+  replace = false,
+): Promise<void> {
+  if (!isAdapterFolder(folder)) return engine.reload(folder, version);
+  if (version === undefined || !/^\d+$/.test(version))
+    throw new EngineError(
+      `${folder}: an adapter is served as rstar-lora-step-N: its weight version must be a step number (--weight-version N), got ${JSON.stringify(version)}`,
+      false,
+    );
+  const name = adapterName(Number(version));
+  if (replace)
+    await engine.unloadAdapter(name).catch((e: unknown) => {
+      if (!(e instanceof EngineError) || e.retryable) throw e; // a 4xx: it held none of that name
+    });
+  await engine.loadAdapter(name, folder, version);
+}
+
+/** The policy of version V in a LoRA run: the base for 0 (its adapter has B = 0), else step V's adapter. */
+export function loraPolicy(version: number): LoraPolicy {
+  return version === 0 ? { version: '0' } : { adapter: adapterName(version), version: String(version) };
+}
+
+/**
+ * A reply served by another policy than the request named (the base, or a stale adapter): never
+ * kept, the trajectory ends with `finish: "error"` (kind engine).
+ */
+export class PolicyMismatch extends EngineError {
+  override name = 'PolicyMismatch';
+  constructor(message: string) {
+    super(message, false);
+  }
 }
 
 /** KV capacity in tokens, as the engine reports it. */
@@ -40,6 +111,13 @@ export interface EngineClient {
   weightVersion(): Promise<string | undefined>;
   /** Fails every generation and reload in flight on this engine with `reason` (it stopped answering). */
   abortInflight(reason: string): number;
+  /**
+   * Loads a LoRA adapter folder (PEFT's format) under `name` and resolves once requests may name it;
+   * `version` is its step, which the engine then reports as its weight_version.
+   */
+  loadAdapter(name: string, path: string, version: string): Promise<void>;
+  /** Unloads adapter `name`: requests naming it fail from now on. */
+  unloadAdapter(name: string): Promise<void>;
 }
 
 export interface EngineClientOptions {
@@ -129,11 +207,9 @@ export class SglangClient extends HttpEngine implements EngineClient {
       no_stop_trim: true,
     };
     if (s.seed !== undefined) sampling_params.sampling_seed = s.seed;
-    const out = (await this.post('/generate', {
-      input_ids: inputIds,
-      sampling_params,
-      return_logprob: true,
-    })) as {
+    const body: Record<string, unknown> = { input_ids: inputIds, sampling_params, return_logprob: true };
+    if (s.policy?.adapter !== undefined) body.lora_path = s.policy.adapter;
+    const out = (await this.post('/generate', body)) as {
       output_ids?: number[];
       meta_info?: {
         output_token_logprobs?: [number | null, number, unknown][];
@@ -157,6 +233,12 @@ export class SglangClient extends HttpEngine implements EngineClient {
     };
     const version = out.meta_info?.weight_version;
     if (typeof version === 'string') gen.weightVersion = version;
+    if (s.policy !== undefined && version !== s.policy.version) {
+      throw new PolicyMismatch(
+        `${this.url}: asked for ${s.policy.adapter ?? 'the base model'} (weight_version ${s.policy.version}) ` +
+          `but the reply is from weight_version ${JSON.stringify(version)}: refused, never trained on`,
+      );
+    }
     return gen;
   }
 
@@ -209,6 +291,46 @@ export class SglangClient extends HttpEngine implements EngineClient {
     })) as { weight_version?: unknown } | undefined;
     return typeof out?.weight_version === 'string' ? out.weight_version : undefined;
   }
+
+  /**
+   * SGLang's `POST /load_lora_adapter` {lora_name, lora_path}, then `POST /update_weight_version`
+   * (SGLang's weight_version is the server's label, not the adapter's: it says the newest adapter).
+   */
+  async loadAdapter(name: string, path: string, version: string): Promise<void> {
+    const out = (await this.post('/load_lora_adapter', { lora_name: name, lora_path: path }).catch(
+      (e: unknown) => {
+        throw e instanceof EngineError
+          ? new EngineError(`${this.url}: load_lora_adapter ${name}: ${e.message}`, false)
+          : e;
+      },
+    )) as { success?: boolean; error_message?: string };
+    if (out?.success !== true)
+      throw new EngineError(
+        `${this.url}: load_lora_adapter ${name} failed: ${out?.error_message ?? ''}`,
+        false,
+      );
+    const v = (await this.post('/update_weight_version', {
+      new_version: version,
+      abort_all_requests: false,
+    })) as { success?: boolean; message?: string };
+    if (v?.success === false)
+      throw new EngineError(
+        `${this.url}: update_weight_version ${version} failed: ${v.message ?? ''}`,
+        false,
+      );
+  }
+
+  async unloadAdapter(name: string): Promise<void> {
+    const out = (await this.post('/unload_lora_adapter', { lora_name: name })) as {
+      success?: boolean;
+      error_message?: string;
+    };
+    if (out?.success === false)
+      throw new EngineError(
+        `${this.url}: unload_lora_adapter ${name} failed: ${out.error_message ?? ''}`,
+        false,
+      );
+  }
 }
 
 /** vLLM's OpenAI server (>= 0.10.2 for `return_token_ids`). */
@@ -222,8 +344,9 @@ export class VllmClient extends HttpEngine implements EngineClient {
 
   async model(): Promise<string> {
     if (this.#model === undefined) {
-      const list = (await this.probe('/v1/models')) as { data?: { id?: string }[] };
-      const id = list?.data?.[0]?.id;
+      const list = (await this.probe('/v1/models')) as { data?: { id?: string; parent?: string | null }[] };
+      // with adapters loaded /v1/models lists them too, each with its base as `parent`
+      const id = list?.data?.find((m) => !m.parent)?.id;
       if (typeof id !== 'string') fail(this.url, '/v1/models lists no model');
       this.#model = id;
     }
@@ -232,7 +355,7 @@ export class VllmClient extends HttpEngine implements EngineClient {
 
   async generate(inputIds: readonly number[], maxNewTokens: number, s: SamplingOptions): Promise<Generation> {
     const body: Record<string, unknown> = {
-      model: await this.model(),
+      model: s.policy?.adapter ?? (await this.model()),
       prompt: inputIds,
       max_tokens: maxNewTokens,
       temperature: s.temperature,
@@ -244,6 +367,7 @@ export class VllmClient extends HttpEngine implements EngineClient {
     };
     if (s.seed !== undefined) body.seed = s.seed;
     const out = (await this.post('/v1/completions', body)) as {
+      model?: unknown;
       choices?: {
         token_ids?: number[];
         finish_reason?: string;
@@ -257,11 +381,22 @@ export class VllmClient extends HttpEngine implements EngineClient {
       fail(this.url, 'choices[0].token_ids missing (vLLM >= 0.10.2 with return_token_ids)');
     if (!Array.isArray(lps) || lps.length !== ids.length)
       fail(this.url, 'choices[0].logprobs.token_logprobs');
-    return {
+    const gen: Generation = {
       ids,
       logprobs: lps.map((x) => x ?? 0),
       finishReason: choice?.finish_reason === 'length' ? 'length' : 'stop',
     };
+    if (s.policy !== undefined) {
+      // vLLM keeps no weight versions: the reply's `model` names what served it (the adapter or the base)
+      if (out.model !== body.model) {
+        throw new PolicyMismatch(
+          `${this.url}: asked for model ${JSON.stringify(body.model)} (weight_version ${s.policy.version}) ` +
+            `but the reply is from ${JSON.stringify(out.model)}: refused, never trained on`,
+        );
+      }
+      gen.weightVersion = s.policy.version;
+    }
+    return gen;
   }
 
   async capacity(signal?: AbortSignal): Promise<Capacity | undefined> {
@@ -304,10 +439,62 @@ export class VllmClient extends HttpEngine implements EngineClient {
     await this.post('/reset_prefix_cache', {}).catch(devMode);
   }
 
-  /** vLLM labels no weights: rollout cannot wait for a policy version on it. */
+  /**
+   * vLLM labels no weights; with LoRA adapters named by `adapterName` loaded, the newest one's step
+   * (from `/v1/models`, which lists them). Without any: undefined, so rollout cannot wait on it.
+   */
   async weightVersion(): Promise<string | undefined> {
-    return undefined;
+    const list = (await this.probe('/v1/models')) as { data?: { id?: string }[] };
+    const steps = (list?.data ?? [])
+      .map((m) => (typeof m.id === 'string' ? adapterStep(m.id) : undefined))
+      .filter((n): n is number => n !== undefined);
+    return steps.length > 0 ? String(Math.max(...steps)) : undefined;
   }
+
+  /**
+   * vLLM's `POST /v1/load_lora_adapter` {lora_name, lora_path} (the server needs `--enable-lora` and
+   * `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`; it answers 404 without the latter).
+   */
+  async loadAdapter(name: string, path: string): Promise<void> {
+    await this.post('/v1/load_lora_adapter', { lora_name: name, lora_path: path }).catch((e: unknown) => {
+      if (e instanceof EngineError && / HTTP 404: /.test(e.message))
+        throw new EngineError(
+          `${this.url}: vLLM's /v1/load_lora_adapter needs the server started with --enable-lora and ` +
+            'VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (see docs/gpu.md)',
+          false,
+        );
+      throw e instanceof EngineError
+        ? new EngineError(`${this.url}: load_lora_adapter ${name}: ${e.message}`, false)
+        : e;
+    });
+  }
+
+  async unloadAdapter(name: string): Promise<void> {
+    await this.post('/v1/unload_lora_adapter', { lora_name: name });
+  }
+}
+
+/**
+ * `engine` whose every generation asks for `policy` (rollout --lora): the requests name the adapter,
+ * and a reply from any other policy is refused.
+ */
+export function servingPolicy(engine: EngineClient, policy: LoraPolicy): EngineClient {
+  return {
+    get url() {
+      return engine.url;
+    },
+    get kind() {
+      return engine.kind;
+    },
+    generate: (ids, maxNew, s) => engine.generate(ids, maxNew, { ...s, policy }),
+    capacity: (signal) => engine.capacity(signal),
+    model: () => engine.model(),
+    reload: (checkpoint, version) => engine.reload(checkpoint, version),
+    weightVersion: () => engine.weightVersion(),
+    abortInflight: (reason) => engine.abortInflight(reason),
+    loadAdapter: (name, path, version) => engine.loadAdapter(name, path, version),
+    unloadAdapter: (name) => engine.unloadAdapter(name),
+  };
 }
 
 export function engineClient(url: string, kind: EngineKind, options: EngineClientOptions = {}): EngineClient {

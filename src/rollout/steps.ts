@@ -133,7 +133,11 @@ async function waitForPolicy(
 ): Promise<number> {
   for (;;) {
     const versions = await Promise.all(
-      engines.map(async (e) => parseVersion(e.url, await e.weightVersion())),
+      engines.map(async (e) => {
+        const label = await e.weightVersion();
+        // vLLM with LoRA: no rstar adapter listed yet means the base, policy 0
+        return parseVersion(e.url, label ?? (options.lora && e.kind === 'vllm' ? '0' : undefined));
+      }),
     );
     const oldest = Math.min(...versions);
     if (oldest >= need) return oldest;

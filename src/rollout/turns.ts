@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Job, Turn } from './admission.js';
 import { AgentAbort, type Generation, ServiceFailure } from './agent.js';
 import type { EngineHealth } from './engine-health.js';
-import { type EngineClient, EngineError, type SamplingOptions } from './engines.js';
+import { type EngineClient, EngineError, PolicyMismatch, type SamplingOptions } from './engines.js';
 import type { ProgressMeter } from './progress.js';
 import type { Assignment, AsyncScheduler } from './scheduler.js';
 
@@ -55,6 +55,11 @@ export async function generateTurn(
       run.scheduler.release(a);
       return { gen, assignment: a };
     } catch (error) {
+      if (error instanceof PolicyMismatch) {
+        // sampled by another policy than asked (LoRA): off-policy tokens are never kept
+        run.scheduler.release(a);
+        throw new ServiceFailure('engine', error.message);
+      }
       if (!(error instanceof EngineError) || !error.retryable || attempt >= run.maxAttempts) {
         run.scheduler.release(a);
         if (error instanceof EngineError && error.retryable) {

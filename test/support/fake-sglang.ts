@@ -37,6 +37,16 @@ export interface FakeOptions {
   msPerToken?: number;
   baseMs?: number;
   modelPath?: string;
+  /**
+   * LoRA replies' weight_version: `server` (SGLang's: the server's label, which
+   * /update_weight_version sets) or `adapter` (engine-serve's: the step of the adapter that served
+   * the request, the base's label for a request naming none). Default `server`.
+   */
+  loraVersion?: 'server' | 'adapter';
+  /** A faulty engine: serves the base whatever `lora_path` says (verl #5220). */
+  dropLora?: boolean;
+  /** A faulty engine: a request naming adapter N is served by the one loaded before it (stale weights). */
+  staleLora?: boolean;
 }
 
 export interface FakeStats {
@@ -45,7 +55,9 @@ export interface FakeStats {
   maxUsed: number;
   reloads: string[];
   /** Every /generate request as received, in arrival order: its input ids and whole `sampling_params`. */
-  generated: { input_ids: number[]; sampling_params: Record<string, unknown> }[];
+  generated: { input_ids: number[]; sampling_params: Record<string, unknown>; lora_path?: string }[];
+  /** /load_lora_adapter and /unload_lora_adapter calls in order (`path` only on a load). */
+  adapters: { op: 'load' | 'unload'; name: string; path?: string }[];
 }
 
 /** Deterministic, distinct per position and token, so tests can check alignment. */
@@ -57,9 +69,19 @@ async function serve(o: FakeOptions): Promise<void> {
   let used = 0;
   let running = 0;
   const waiting: { need: number; go: () => void }[] = [];
-  const stats: FakeStats = { requests: 0, completed: 0, maxUsed: 0, reloads: [], generated: [] };
+  const stats: FakeStats = {
+    requests: 0,
+    completed: 0,
+    maxUsed: 0,
+    reloads: [],
+    generated: [],
+    adapters: [],
+  };
   let model = o.modelPath ?? 'fake-model';
   let version = o.weightVersion ?? '0';
+  const baseVersion = version;
+  // loaded adapters, oldest first: name, folder, and the server label set after its load
+  const loras: { name: string; path: string; version: string }[] = [];
   const cycled = new Map<string, number>();
 
   const admit = (): void => {
@@ -115,14 +137,72 @@ async function serve(o: FakeOptions): Promise<void> {
         await new Promise((r) => setTimeout(r, 50));
         return json(res, 200, { success: true, message: 'ok' });
       }
+      if (req.method === 'POST' && req.url === '/load_lora_adapter') {
+        const b = (await body(req)) as { lora_name?: unknown; lora_path?: unknown };
+        if (typeof b.lora_name !== 'string' || typeof b.lora_path !== 'string')
+          return json(res, 400, { success: false, error_message: 'lora_name and lora_path are required' });
+        if (loras.some((l) => l.name === b.lora_name))
+          return json(res, 400, {
+            success: false,
+            error_message: `an adapter named ${b.lora_name} is already loaded`,
+          });
+        loras.push({ name: b.lora_name, path: b.lora_path, version });
+        stats.adapters.push({ op: 'load', name: b.lora_name, path: b.lora_path });
+        return json(res, 200, {
+          success: true,
+          error_message: '',
+          loaded_adapters: Object.fromEntries(loras.map((l) => [l.name, l.path])),
+        });
+      }
+      if (req.method === 'POST' && req.url === '/unload_lora_adapter') {
+        const b = (await body(req)) as { lora_name?: unknown };
+        const i = loras.findIndex((l) => l.name === b.lora_name);
+        if (i < 0)
+          return json(res, 400, {
+            success: false,
+            error_message: `no adapter named ${b.lora_name} is loaded`,
+          });
+        loras.splice(i, 1);
+        stats.adapters.push({ op: 'unload', name: String(b.lora_name) });
+        return json(res, 200, {
+          success: true,
+          error_message: '',
+          loaded_adapters: Object.fromEntries(loras.map((l) => [l.name, l.path])),
+        });
+      }
+      if (req.method === 'POST' && req.url === '/update_weight_version') {
+        const b = (await body(req)) as { new_version?: unknown };
+        if (typeof b.new_version !== 'string')
+          return json(res, 400, { success: false, message: 'new_version: expected a string' });
+        version = b.new_version;
+        // the adapter loaded last is the one this label names
+        if (loras.length > 0) loras[loras.length - 1].version = version;
+        return json(res, 200, { success: true, message: `weight version updated to ${version}` });
+      }
       if (req.method === 'POST' && req.url === '/generate') {
         const b = (await body(req)) as {
           input_ids: number[];
           sampling_params: { max_new_tokens: number; sampling_seed?: number };
           return_logprob?: boolean;
+          lora_path?: string | null;
         };
         stats.requests++;
-        stats.generated.push({ input_ids: b.input_ids, sampling_params: b.sampling_params });
+        stats.generated.push({
+          input_ids: b.input_ids,
+          sampling_params: b.sampling_params,
+          ...(typeof b.lora_path === 'string' ? { lora_path: b.lora_path } : {}),
+        });
+        // the version of what serves this request
+        let served = version;
+        if (typeof b.lora_path === 'string' && !o.dropLora) {
+          const i = loras.findIndex((l) => l.name === b.lora_path);
+          if (i < 0)
+            return json(res, 400, {
+              error: { message: `LoRA adapter ${b.lora_path} is not loaded`, code: 400 },
+            });
+          const lora = loras[o.staleLora ? Math.max(0, i - 1) : i];
+          if (o.loraVersion === 'adapter') served = lora.version;
+        } else if (o.loraVersion === 'adapter') served = baseVersion;
         const maxNew = b.sampling_params.max_new_tokens;
         const text = tk.decode(b.input_ids);
         const turn = text.split('<|im_start|>assistant').length - 2;
@@ -161,7 +241,7 @@ async function serve(o: FakeOptions): Promise<void> {
           meta_info: {
             prompt_tokens: b.input_ids.length,
             completion_tokens: ids.length,
-            weight_version: version,
+            weight_version: served,
             finish_reason: finish,
             output_token_logprobs: b.return_logprob
               ? ids.map((id, i) => [fakeLogprob(id, i), id, null])

@@ -11,6 +11,14 @@ of its input that the engine has already run and prefills only the rest; the n s
 admitted together prefill it once. Cached tokens nobody is using count as free (they are evicted,
 least recently used first, when the pool runs short); a weight update drops the cache.
 
+LoRA (SGLang's routes: POST /load_lora_adapter {lora_name, lora_path}, POST /unload_lora_adapter
+{lora_name}, `lora_path` on /generate naming a loaded adapter): engine-serve applies one adapter at a
+time, merged into the weights (lora.py; unmerging restores the base bit for bit). A request must name
+the adapter while one is loaded, and may name no other: the base cannot be served beside a merged
+adapter, so such a request is a 400, where SGLang would serve the base. The adapter's step
+(the N of a name rstar-lora-step-N, else its safetensors metadata rstar_step) is the weight_version
+while it is loaded. Loading or unloading drops the prefix cache: its K/V came from other weights.
+
 Decode (running_kv.py, unless --decode-kv pool): each running request's K/V is also kept as one dense
 row, filled from the pool when it joins and appended to every step, which attention reads in place.
 """
@@ -30,6 +38,7 @@ import torch
 
 from .checkpoint import CheckpointError, load_model, read_config
 from .detok import Detokenizer
+from .lora import AdapterError, adapter_step, load_adapter, merge_lora, remove_lora
 from .model import previous_in_row, token_logprobs
 from .radix import RadixCache
 from .running_kv import RunningKV
@@ -414,6 +423,8 @@ class Engine:
         # SGLang's weight_version: a label of the weights served, set by update_weights_from_disk and
         # stamped on every response, so rollout can tell which policy generated a trajectory.
         self.weight_version = args.weight_version
+        self.base_version = args.weight_version  # the base's label, served again once the adapter goes
+        self.adapter = None  # the loaded LoRA adapter: {"name", "path"}
         self.dtype = serving_dtype(args.dtype, self.device, args.model)
         check_device(self.device, self.dtype)
         self.model = self._load(args.model)
@@ -520,9 +531,11 @@ class Engine:
                 raise CheckpointError(f"{path}: architecture differs from the served model")
             self.model = self._load(path)
             self.model_path = path
+            self.adapter = None  # a new base: no adapter applies to it
             self._drop_cache()  # its K/V came from the old weights
             if version is not None:
-                self.weight_version = version
+                self.base_version = version
+            self.weight_version = self.base_version
             self.detok = Detokenizer(path) if os.path.isfile(os.path.join(path, "tokenizer.json")) else self.detok
             return True
         return self.run_op(op)
@@ -530,6 +543,55 @@ class Engine:
     def flush_cache(self):
         self.run_op(self._drop_cache)
         return True
+
+    def load_lora(self, name, path):
+        """Applies adapter `name` from folder `path` in place of the loaded one, if any (between
+        batches). Returns its weight_version."""
+        def op():
+            if self.adapter is not None and self.adapter["name"] == name:
+                raise AdapterError(f"an adapter named {name} is already loaded (unload it first, or use a new "
+                                   "name per version: a reused name could serve stale weights)")
+            remove_lora(self.model)  # the base exactly as it was (a no-op without an adapter)
+            self.adapter = None
+            self.weight_version = self.base_version
+            self._drop_cache()
+            try:
+                load_adapter(self.model, path)
+                merge_lora(self.model)
+            except BaseException:
+                remove_lora(self.model)
+                raise
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+            # the step a name rstar-lora-step-N says (what rollout asks for), else the one saved with it
+            prefix = "rstar-lora-step-"
+            step = int(name[len(prefix):]) if name.startswith(prefix) and name[len(prefix):].isdigit() else None
+            if step is None:
+                step = adapter_step(path)
+            self.adapter = {"name": name, "path": path}
+            self.weight_version = str(step) if step is not None else name
+            return self.weight_version
+        return self.run_op(op)
+
+    def unload_lora(self, name):
+        def op():
+            if self.adapter is None or self.adapter["name"] != name:
+                raise AdapterError(f"no adapter named {name} is loaded" + (
+                    f" (the loaded one is {self.adapter['name']})" if self.adapter else ""))
+            remove_lora(self.model)
+            self.adapter = None
+            self.weight_version = self.base_version
+            self._drop_cache()  # its K/V came from the adapter's weights
+            return True
+        return self.run_op(op)
+
+    def set_weight_version(self, version):
+        def op():
+            self.weight_version = version
+            if self.adapter is None:
+                self.base_version = version
+            return True
+        return self.run_op(op)
 
     def stats(self):
         with self.lock:
@@ -897,6 +959,8 @@ def build_requests(body, engine):
         return [v] * n
 
     sps = per("sampling_params", {})
+    for i, name in enumerate(per("lora_path", None)):
+        check_lora(engine, name, f"lora_path[{i}]" if batched else "lora_path")
     rls = per("return_logprob", False)
     lsl = per("logprob_start_len", -1)
     rids = body.get("rid")
@@ -918,6 +982,19 @@ def build_requests(body, engine):
         rid = (rids[i] if rids is not None and i < len(rids) else None) or uuid.uuid4().hex
         reqs.append(Request(str(rid), p, sp, bool(rls[i]), int(lsl[i] if lsl[i] is not None else -1)))
     return reqs, batched
+
+
+def check_lora(engine, name, where):
+    """A request may be served only by what it names: the loaded adapter, or the base when none is."""
+    adapter = engine.adapter
+    if name is not None and not isinstance(name, str):
+        raise BadRequest(f"{where}: expected an adapter name, got {json.dumps(name)}")
+    if adapter is None and name is not None:
+        raise BadRequest(f"{where}: LoRA adapter {name} is not loaded (POST /load_lora_adapter first)")
+    if adapter is not None and name != adapter["name"]:
+        got = "missing" if name is None else f"{name} is not loaded"
+        raise BadRequest(f"{where}: {got}; adapter {adapter['name']} is loaded and engine-serve merges it into "
+                         "the weights, so it serves that adapter only: name it, or unload it to serve the base")
 
 
 def metrics_text(engine):
@@ -1028,6 +1105,14 @@ def make_handler(engine):
                 if path == "/flush_cache":
                     engine.flush_cache()
                     return self._send(200, "Cache flushed.\n", "text/plain")
+                if path in ("/load_lora_adapter", "/unload_lora_adapter"):
+                    return self._lora(path, body)
+                if path == "/update_weight_version":
+                    version = body.get("new_version") if isinstance(body, dict) else None
+                    if not isinstance(version, str) or not version:
+                        raise BadRequest("new_version: expected a non-empty string")
+                    engine.set_weight_version(version)
+                    return self._send(200, {"success": True, "message": f"weight version updated to {version}"})
                 if path == "/abort_request":
                     n = engine.abort(body.get("rid"), bool(body.get("abort_all")))
                     return self._send(200, {"aborted": n})
@@ -1039,7 +1124,30 @@ def make_handler(engine):
             except (BrokenPipeError, ConnectionResetError):
                 return None
 
+        def _lora(self, path, body):
+            """SGLang's LoRA routes: success, error_message and loaded_adapters (a 400 on failure)."""
+            name = body.get("lora_name") if isinstance(body, dict) else None
+            if not isinstance(name, str) or not name:
+                raise BadRequest("lora_name: expected a non-empty string")
+            try:
+                if path == "/load_lora_adapter":
+                    folder = body.get("lora_path")
+                    if not isinstance(folder, str) or not folder:
+                        raise BadRequest("lora_path: expected the adapter folder's path")
+                    engine.load_lora(name, folder)
+                else:
+                    engine.unload_lora(name)
+            except CheckpointError as e:  # AdapterError too: the folder, or the name, is wrong
+                return self._send(400, {"success": False, "error_message": str(e),
+                                        "loaded_adapters": loaded_adapters(engine)})
+            return self._send(200, {"success": True, "error_message": "", "loaded_adapters": loaded_adapters(engine)})
+
     return Handler
+
+
+def loaded_adapters(engine):
+    a = engine.adapter
+    return {} if a is None else {a["name"]: a["path"]}
 
 
 class Server(ThreadingHTTPServer):
@@ -1063,6 +1171,7 @@ def server_info(engine):
         "max_total_num_tokens": engine.pool.size, "context_length": engine.context_len,
         "max_running_requests": engine.args.max_running_requests, "page_size": 1,
         "disable_radix_cache": engine.radix is None,
+        "loaded_adapters": loaded_adapters(engine),
         "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
         "kv_cache_bytes": engine.pool.nbytes, "vocab_size": cfg.vocab_size, "version": "rstar-engine/1",
         "threads": torch.get_num_threads(),

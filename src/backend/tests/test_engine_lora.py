@@ -1,0 +1,174 @@
+"""engine-serve's LoRA routes, over HTTP as rollout and train-step --sync use them (SGLang's
+POST /load_lora_adapter {lora_name, lora_path}, POST /unload_lora_adapter {lora_name}, `lora_path` on
+/generate). Catches: an adapter that is loaded but never applied (verl #3516), an unload that does not
+give the base back exactly, a prefix cache that serves K/V computed under other weights after an
+adapter change (vLLM #42125), a request served by the base or another adapter than it named, and a
+weight_version that does not say which adapter served a reply."""
+
+import json
+import os
+import threading
+import unittest
+import urllib.error
+import urllib.request
+
+import torch
+
+from common import TempDirCase
+from rstar_backend import engine as E
+from rstar_backend.checkpoint import save_model
+from rstar_backend.lora import LoraSpec, add_lora, lora_layers, save_adapter
+from rstar_backend.model import Qwen3Config, Qwen3ForCausalLM
+from test_engine_dtype import CONFIG, engine_args
+
+PROMPT = [1, 5, 9, 33, 70, 3, 200, 201, 202, 203, 9, 11]
+
+
+class EngineLora(TempDirCase):
+    def setUp(self):
+        super().setUp()
+        base = Qwen3ForCausalLM(Qwen3Config.from_dict(CONFIG))
+        base.init_weights(0)
+        save_model(base, self.path("base"))
+        args = engine_args(self.path("base"), "fp32")
+        self.engine = E.Engine(args)
+        self.server = E.Server(("127.0.0.1", 0), E.make_handler(self.engine))
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def tearDown(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.engine.close()
+        super().tearDown()
+
+    def adapter(self, name, step=None, seed=1, zero=False):
+        """An adapter folder for the base: rank 4 on every linear layer, B random (or zero)."""
+        m = Qwen3ForCausalLM(Qwen3Config.from_dict(CONFIG))
+        spec = LoraSpec(r=4, alpha=8)
+        add_lora(m, spec, seed=seed)
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for _, layer in lora_layers(m):
+                if not zero:
+                    layer.lora_B.weight.copy_(torch.randn(layer.lora_B.weight.shape, generator=g) * 0.05)
+        save_adapter(m, spec, self.path(name), self.path("base"), step=step)
+        return self.path(name)
+
+    def post(self, path, body):
+        req = urllib.request.Request(self.url + path, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def get(self, path):
+        with urllib.request.urlopen(self.url + path, timeout=60) as r:
+            return json.loads(r.read())
+
+    def score(self, lora=None):
+        """The prompt's log-probs (a prefill: no sampling) and the reply's meta_info."""
+        body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+                "return_logprob": True, "logprob_start_len": 0}
+        if lora is not None:
+            body["lora_path"] = lora
+        code, out = self.post("/generate", body)
+        self.assertEqual(code, 200, out)
+        meta = out["meta_info"]
+        return [x[0] for x in meta["input_token_logprobs"][1:]], meta
+
+    def test_an_adapter_is_applied_and_unloading_gives_the_base_back_exactly(self):
+        base, meta = self.score()
+        self.assertEqual(meta["weight_version"], "0")
+        code, out = self.post("/load_lora_adapter", {"lora_name": "tuned", "lora_path": self.adapter("a3", step=3)})
+        self.assertEqual((code, out["success"]), (200, True), out)
+        self.assertEqual(list(out["loaded_adapters"]), ["tuned"])
+        tuned, meta = self.score("tuned")
+        self.assertEqual(meta["weight_version"], "3", "the adapter's step (safetensors rstar_step)")
+        self.assertEqual(self.get("/get_weight_version"), {"weight_version": "3"})
+        diff = max(abs(a - b) for a, b in zip(base, tuned))
+        self.assertGreater(diff, 1e-3, "the adapter changed nothing: loaded but not applied")
+
+        code, out = self.post("/unload_lora_adapter", {"lora_name": "tuned"})
+        self.assertEqual((code, out["success"], out["loaded_adapters"]), (200, True, {}), out)
+        again, meta = self.score()
+        self.assertEqual(meta["weight_version"], "0")
+        self.assertEqual(again, base, "unloading must restore the base bit for bit")
+
+    def test_a_zero_adapter_is_the_base_and_the_step_comes_from_the_name_without_metadata(self):
+        base, _ = self.score()
+        code, out = self.post("/load_lora_adapter", {"lora_name": "rstar-lora-step-5",
+                                                     "lora_path": self.adapter("z", zero=True)})
+        self.assertEqual(code, 200, out)
+        same, meta = self.score("rstar-lora-step-5")
+        self.assertEqual(meta["weight_version"], "5")
+        self.assertEqual(same, base)
+
+    def cached(self, lora=None):
+        """Tokens of the prompt the prefix cache served (a request that needs no prompt log-probs)."""
+        body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2, "temperature": 0}}
+        if lora is not None:
+            body["lora_path"] = lora
+        code, out = self.post("/generate", body)
+        self.assertEqual(code, 200, out)
+        return out["meta_info"]["cached_tokens"]
+
+    def test_a_new_adapter_replaces_the_old_one_and_the_prefix_cache_is_flushed(self):
+        first, second = self.cached(), self.cached()
+        self.assertEqual(first, 0)
+        self.assertGreater(second, 0, "the prefix cache should serve a repeated prompt")
+        self.post("/load_lora_adapter", {"lora_name": "rstar-lora-step-1", "lora_path": self.adapter("a1", 1, seed=1)})
+        self.assertEqual(self.cached("rstar-lora-step-1"), 0, "K/V cached under the base served the adapter")
+        self.assertGreater(self.cached("rstar-lora-step-1"), 0)
+        one, _ = self.score("rstar-lora-step-1")
+        self.post("/load_lora_adapter", {"lora_name": "rstar-lora-step-2", "lora_path": self.adapter("a2", 2, seed=2)})
+        self.assertEqual(self.cached("rstar-lora-step-2"), 0, "K/V cached under step 1's adapter served step 2's")
+        two, meta = self.score("rstar-lora-step-2")
+        self.assertEqual(meta["weight_version"], "2")
+        self.assertNotEqual(one, two)
+        self.post("/unload_lora_adapter", {"lora_name": "rstar-lora-step-2"})
+        self.assertEqual(self.cached(), 0, "K/V cached under the adapter served the base")
+        # step 2's adapter went onto the base, not onto step 1's merged weights: loaded alone it agrees
+        self.post("/load_lora_adapter", {"lora_name": "rstar-lora-step-2b", "lora_path": self.path("a2")})
+        fresh, _ = self.score("rstar-lora-step-2b")
+        self.assertEqual(fresh, two)
+
+    def test_requests_are_served_only_by_the_adapter_they_name(self):
+        code, out = self.post("/generate", {"input_ids": PROMPT, "lora_path": "rstar-lora-step-1"})
+        self.assertEqual(code, 400)
+        self.assertIn("LoRA adapter rstar-lora-step-1 is not loaded", out["error"]["message"])
+        self.post("/load_lora_adapter", {"lora_name": "rstar-lora-step-1", "lora_path": self.adapter("a1", 1)})
+        code, out = self.post("/generate", {"input_ids": PROMPT})
+        self.assertEqual(code, 400, "the base cannot be served beside a merged adapter")
+        self.assertIn("lora_path: missing; adapter rstar-lora-step-1 is loaded", out["error"]["message"])
+        code, out = self.post("/generate", {"input_ids": PROMPT, "lora_path": "rstar-lora-step-0"})
+        self.assertEqual(code, 400)
+        self.assertIn("rstar-lora-step-0 is not loaded", out["error"]["message"])
+
+    def test_bad_adapter_calls_fail_with_a_clear_400(self):
+        code, out = self.post("/load_lora_adapter", {"lora_name": "x", "lora_path": self.path("nowhere")})
+        self.assertEqual((code, out["success"]), (400, False))
+        self.assertIn("nowhere", out["error_message"])
+        folder = self.adapter("a1", 1)
+        self.assertEqual(self.post("/load_lora_adapter", {"lora_name": "a", "lora_path": folder})[0], 200)
+        code, out = self.post("/load_lora_adapter", {"lora_name": "a", "lora_path": folder})
+        self.assertEqual(code, 400)
+        self.assertIn("an adapter named a is already loaded", out["error_message"])
+        code, out = self.post("/unload_lora_adapter", {"lora_name": "b"})
+        self.assertEqual(code, 400)
+        self.assertIn("no adapter named b is loaded (the loaded one is a)", out["error_message"])
+        code, out = self.post("/load_lora_adapter", {"lora_path": folder})
+        self.assertEqual(code, 400)
+        self.assertIn("lora_name", out["error"]["message"])
+        os.remove(os.path.join(folder, "adapter_model.safetensors"))
+        code, out = self.post("/load_lora_adapter", {"lora_name": "c", "lora_path": folder})
+        self.assertEqual(code, 400)
+        self.assertIn("adapter_model.safetensors: missing", out["error_message"])
+        # a failed load leaves the base served, not half an adapter
+        self.assertEqual(self.get("/get_weight_version"), {"weight_version": "0"})
+
+
+if __name__ == "__main__":
+    unittest.main()
