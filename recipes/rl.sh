@@ -30,6 +30,8 @@
 #   RSTAR_RL_BRANCH [0: off]  RSTAR_RL_BRANCH_BUDGET [N*B/2]  tree rollouts: K more continuations from the state
 #                       just after a sample's first failed call, at most BUDGET branch samples a step
 #                       (rollout --branch, --branch-budget; trained in groups of their own: docs/rollout.md)
+#   RSTAR_RL_BRANCH_CREDIT [siblings]  with-parent: the parent's tokens after its branch point are credited in
+#                       its branch group, as one more continuation from that state (advantage --branch-credit)
 #   RSTAR_RL_OVERLONG_BUFFER [0: off]  RSTAR_RL_OVERLONG_PENALTY [1]  DAPO's soft overlong penalty over the last
 #                       L tokens of RSTAR_RL_MAX_TOKENS (advantage --overlong-buffer, --overlong-penalty)
 #   RSTAR_RL_LR [3e-4]  RSTAR_RL_MINI_BATCHES [2]  RSTAR_RL_EPOCHS [1]  RSTAR_RL_MAX_TOKENS [384]
@@ -141,6 +143,13 @@ if [[ $BRANCH != 0 ]]; then
   fi
 fi
 CREDIT=()
+BRANCH_CREDIT=${RSTAR_RL_BRANCH_CREDIT:-siblings}
+[[ $BRANCH_CREDIT == siblings || $BRANCH_CREDIT == with-parent ]] ||
+  die "RSTAR_RL_BRANCH_CREDIT: expected siblings or with-parent, got '$BRANCH_CREDIT'"
+if [[ $BRANCH_CREDIT != siblings ]]; then
+  OPTIONAL_SETTINGS+=(RSTAR_RL_BRANCH_CREDIT="$BRANCH_CREDIT")
+  CREDIT+=(--branch-credit "$BRANCH_CREDIT")
+fi
 if [[ $STEP_WEIGHT != 0 ]]; then
   OPTIONAL_SETTINGS+=(RSTAR_RL_STEP_WEIGHT="$STEP_WEIGHT" RSTAR_RL_GAMMA="$GAMMA")
   CREDIT+=(--step-weight "$STEP_WEIGHT" --gamma "$GAMMA")

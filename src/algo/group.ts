@@ -307,6 +307,8 @@ export interface GroupStage<T extends StageItem> {
   counts: InfraCounts & { groups_in: number; records_in: number };
   /** Writes what the stage keeps of a group's scored members. */
   each: (group: Group<T>, members: Member<T>[], out: NdjsonWriter) => Promise<void>;
+  /** Writes what the stage held back (groups waiting for others), before a batch end and at the end. */
+  flush?: (out: NdjsonWriter) => Promise<void>;
 }
 
 /**
@@ -333,7 +335,8 @@ export async function runGroupStage<T extends StageItem>(stage: GroupStage<T>): 
   for await (const group of input.groups) {
     gate();
     if (isBatchEnd(group)) {
-      if (!(await passBatchEnd(out, group))) return false;
+      await stage.flush?.(out);
+      if (out.closed || !(await passBatchEnd(out, group))) return false;
       continue;
     }
     counts.groups_in += 1;
@@ -343,6 +346,8 @@ export async function runGroupStage<T extends StageItem>(stage: GroupStage<T>): 
     if (out.closed) return false;
   }
   gate();
+  await stage.flush?.(out);
+  if (out.closed) return false;
   await out.end();
   counts.records_in = input.records();
   return true;

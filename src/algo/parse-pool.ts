@@ -30,7 +30,7 @@ function recoveredCall(status: readonly ('ok' | 'failed' | 'unparsable')[] | und
 export type ParseTask =
   | { kind: 'roc'; penalty: PenaltyMode }
   /** `steps`: keep each record's tokens and mask, for step groups (advantage --step-weight). */
-  | { kind: 'advantage'; steps?: boolean };
+  | { kind: 'advantage'; steps?: boolean; branches?: boolean };
 
 /** The fields a command adds, which it strips from a record that already had them. */
 const ADDED: Record<ParseTask['kind'], readonly string[]> = {
@@ -60,8 +60,10 @@ export interface ParsedRecord {
   recovered?: boolean;
   /** `response_ids.length`: the response's tokens against the budget (overlong penalty). */
   responseLength: number;
-  /** advantage with `steps`: the response's tokens and loss mask. */
+  /** advantage with `steps` (or `branches`, for the records of a tree): the response's tokens and loss mask. */
   tokens?: { response_ids: number[]; loss_mask: number[] };
+  /** advantage with `branches`: where this sample branched (`branched`). */
+  branched?: { offset: number; of: number };
 }
 
 interface Reply {
@@ -95,9 +97,11 @@ export function parseTrajectory(entry: SourceLine, task: ParseTask): ParsedRecor
       task.kind === 'roc' ? recoveredCall(record.branch ? record.tool_status : ownStatus) : undefined,
     responseLength: record.response_ids.length,
     tokens:
-      task.kind === 'advantage' && task.steps
+      task.kind === 'advantage' &&
+      (task.steps || (task.branches && (record.branched !== undefined || record.branch !== undefined)))
         ? { response_ids: record.response_ids, loss_mask: record.loss_mask }
         : undefined,
+    ...(task.kind === 'advantage' && task.branches && record.branched ? { branched: record.branched } : {}),
   };
 }
 

@@ -161,6 +161,18 @@ export const Trajectory = z
     branch: Branch.optional().describe(
       'tree rollouts: the trajectory this one branched from and where (its own part starts at response token `offset`, text character `text_offset`, after `turn` turns and `calls` tool calls); absent for a root sample',
     ),
+    /**
+     * Tree rollouts: this sample branched (`branch` records name it as their parent) at response
+     * token `offset`, into `of` siblings: `advantage --branch-credit with-parent` credits its tokens
+     * after that point in the branch group.
+     */
+    branched: z
+      .object({
+        offset: count.describe('response tokens before its branch point'),
+        of: z.int().positive().describe('the branches sampled from that point'),
+      })
+      .optional()
+      .describe('tree rollouts: this sample branched at response token `offset` into `of` branches'),
     /** Present when `finish` is `error`: which service failed and how. */
     error: TrajectoryError.optional().describe('present when finish is error: which service failed and how'),
   })

@@ -116,6 +116,7 @@ export async function runJob(run: JobContext, job: RunnableJob): Promise<Traject
     },
   };
   const branching = run.branch;
+  let branchedAt: { offset: number; of: number } | undefined;
   if (branching && !job.branch) {
     let branched = false;
     // A sample branches at its first failed call only: later ones would spend the budget on the
@@ -137,6 +138,7 @@ export async function runJob(run: JobContext, job: RunnableJob): Promise<Traject
         return;
       }
       run.toolCache?.adopt(job.problem.id, k);
+      branchedAt = { offset: at.response_ids.length, of: k };
       run.spawn(
         Array.from({ length: k }, (_, index) => ({
           problem: job.problem,
@@ -166,6 +168,7 @@ export async function runJob(run: JobContext, job: RunnableJob): Promise<Traject
   run.core.forget(job.id);
   let record = trajectoryRecord(job, run.policy, r, scoreTrajectory(job.problem, r, run.score), timing);
   if (job.branch) record = branchRecord(record, job.branch, run.protocol);
+  if (branchedAt) record.branched = branchedAt;
   if (versions.length > 0 && versions.every((v) => v !== undefined))
     record.turn_versions = versions as string[];
   if (session) {

@@ -269,12 +269,16 @@ describe('the streaming RL loop (recipes/rl.sh)', () => {
           RSTAR_RL_ENGINE: failing.url,
           RSTAR_RL_STEPS: '1',
           RSTAR_RL_BRANCH: '2',
+          RSTAR_RL_BRANCH_CREDIT: 'with-parent',
           RSTAR_RL_MAX_TOKENS: '256',
         }),
       );
       assert.equal(code, 0, log);
       const manifest = readFileSync(join(out, 'manifest-stage-1.txt'), 'utf8');
       assert.ok(manifest.split('\n').includes('RSTAR_RL_BRANCH=2'), manifest);
+      assert.ok(manifest.split('\n').includes('RSTAR_RL_BRANCH_CREDIT=with-parent'), manifest);
+      const adv = JSON.parse(readFileSync(join(out, 'advantage-stats.json'), 'utf8')) as Record<string, number>;
+      assert.equal(typeof adv.branch_groups_with_parent, 'number', JSON.stringify(adv));
       const stats = readNdjson<{ stats: { branches: { points: number; samples: number } } }>(
         join(out, 'rollout-steps.jsonl'),
       )[0].stats;

@@ -8,7 +8,7 @@
 // count branches as samples of their problem, eval taking a branch for a sample, and roc-filter /
 // advantage grouping a branch with its problem instead of with its siblings (hand counts).
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -110,6 +110,7 @@ describe('tree rollouts: rollout --branch', () => {
       assert.ok(b.text.slice(branch.text_offset).startsWith('So x = 3.'), b.text.slice(branch.text_offset));
       assert.deepEqual(b.tool_status, ['failed']);
       assert.equal(b.reward, 1);
+      assert.deepEqual(parent.branched, { offset, of: 3 }, 'the parent says where it branched');
       // The engine was asked to continue exactly the parent's prompt + prefix.
       const context = [...parent.prompt_ids, ...parent.response_ids.slice(0, offset)];
       assert.ok(
@@ -280,6 +281,50 @@ describe('a tree downstream: roc-filter and advantage', () => {
     const b1 = out.get('p/0/b1')!;
     assert.deepEqual(b1.advantages.slice(0, 4), [0, 0, 0, 0]);
     assert.ok(Math.abs(b1.advantages[4] - 2 * b1.advantage) < 1e-5);
+  });
+
+  it('--branch-credit with-parent credits the parent’s continuation in its branch group (hand counts)', async () => {
+    const [p0, ...rest] = tree();
+    const parent = { ...p0, branched: { offset: 4, of: 3 } };
+    const stats = join(mkdtempSync(join(tmpdir(), 'rstar-branch-adv-')), 'stats.json');
+    const r = await rstar(
+      ['advantage', '--branch-credit', 'with-parent', '--stats', stats],
+      ndjson([rest[0], parent, ...rest.slice(1)]),
+    );
+    assert.equal(r.code, 0, r.stderr);
+    const out = lines<{ id: string; advantage: number; advantages?: number[] }>(r.stdout);
+    const by = new Map(out.map((t) => [t.id, t]));
+    const near = (a: number, b: number) => assert.ok(Math.abs(a - b) < 1e-5, `${a} vs ${b}`);
+    // problem group [0, 1]: -/+0.7071; the branch point's group [parent 0, 1, 0, 1]: mean 0.5,
+    // std sqrt(1/3): -/+0.8660
+    const p = by.get('p/0')!;
+    near(p.advantage, -Math.SQRT1_2);
+    const a = p.advantages!;
+    assert.equal(a.length, 6);
+    near(a[0], -Math.SQRT1_2);
+    near(a[1], -Math.SQRT1_2);
+    assert.deepEqual([a[2], a[3]], [0, 0]);
+    near(a[4], -0.5 / Math.sqrt(1 / 3));
+    near(a[5], -0.5 / Math.sqrt(1 / 3));
+    near(by.get('p/0/b0')!.advantage, 0.5 / Math.sqrt(1 / 3));
+    near(by.get('p/0/b1')!.advantage, -0.5 / Math.sqrt(1 / 3));
+    near(by.get('p/1')!.advantage, Math.SQRT1_2);
+    assert.equal(out.length, 5, 'every record once');
+    assert.equal(JSON.parse(readFileSync(stats, 'utf8')).branch_groups_with_parent, 1);
+    // A branch group roc-filter dropped: the parent is credited in its problem group alone, and a
+    // branch group whose parent was dropped among its siblings.
+    const alone = await rstar(['advantage', '--branch-credit', 'with-parent'], ndjson([parent, rest[1]]));
+    assert.equal(alone.code, 0, alone.stderr);
+    const [onlyParent, onlyP1] = lines<{ id: string; advantages?: number[] }>(alone.stdout);
+    assert.equal(onlyParent.id, 'p/0');
+    assert.equal(onlyP1.id, 'p/1');
+    assert.equal(onlyParent.advantages, undefined, 'no branch group: the scalar advantage');
+    const orphans = await rstar(
+      ['advantage', '--branch-credit', 'with-parent'],
+      ndjson([rest[0], rest[2], rest[3]]),
+    );
+    assert.equal(orphans.code, 0, orphans.stderr);
+    near(lines<{ advantage: number }>(orphans.stdout)[0].advantage, 1 / 3 / Math.sqrt(1 / 3));
   });
 
   it('roc-filter keeps a branch group of its own, scored from the branch point', async () => {
