@@ -277,7 +277,10 @@ describe('the streaming RL loop (recipes/rl.sh)', () => {
       const manifest = readFileSync(join(out, 'manifest-stage-1.txt'), 'utf8');
       assert.ok(manifest.split('\n').includes('RSTAR_RL_BRANCH=2'), manifest);
       assert.ok(manifest.split('\n').includes('RSTAR_RL_BRANCH_CREDIT=with-parent'), manifest);
-      const adv = JSON.parse(readFileSync(join(out, 'advantage-stats.json'), 'utf8')) as Record<string, number>;
+      const adv = JSON.parse(readFileSync(join(out, 'advantage-stats.json'), 'utf8')) as Record<
+        string,
+        number
+      >;
       assert.equal(typeof adv.branch_groups_with_parent, 'number', JSON.stringify(adv));
       const stats = readNdjson<{ stats: { branches: { points: number; samples: number } } }>(
         join(out, 'rollout-steps.jsonl'),
