@@ -1,19 +1,7 @@
-import { existsSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { execa } from 'execa';
-import { BACKEND_SCRIPT, backendEnv, backendMessage, findPython } from '../backend/python.js';
-import { DataError, UsageError } from '../errors.js';
+import { occupied, writeCheckpoint } from '../backend/write-checkpoint.js';
+import { UsageError } from '../errors.js';
 import { choice, integer, parse, program } from '../program.js';
-
-/** True when DIR exists and holds anything (a file where DIR should be counts too). */
-function occupied(dir: string): boolean {
-  if (!existsSync(dir)) return false;
-  try {
-    return readdirSync(dir).length > 0;
-  } catch {
-    return true;
-  }
-}
 
 export async function run(argv: string[]): Promise<void> {
   const cmd = program(
@@ -69,33 +57,13 @@ export async function run(argv: string[]): Promise<void> {
       `--out ${o.out}: not empty (an earlier checkpoint?); give --force to replace it whole`,
     );
   }
-  // The new checkpoint is written beside --out and renamed into place: --out is always one whole
-  // checkpoint, the old or the new.
-  const partial = `${out}.partial-${process.pid}`;
-  rmSync(partial, { recursive: true, force: true });
-  const python = await findPython();
-  const args = [
-    BACKEND_SCRIPT,
-    'init',
+  await writeCheckpoint(out, 'init', [
     ...(o.config === undefined ? [] : ['--config', o.config]),
     ...(o.arch === undefined ? [] : ['--arch', o.arch]),
-    '--out',
-    partial,
     '--seed',
     String(o.seed),
     '--init',
     o.init,
-  ];
-  if (o.maxShardBytes > 0) args.push('--max-shard-bytes', String(o.maxShardBytes));
-  const result = await execa(python, args, { env: backendEnv(), reject: false });
-  if (result.exitCode !== 0) {
-    rmSync(partial, { recursive: true, force: true });
-    throw new DataError(backendMessage(String(result.stderr), 'model-init failed'));
-  }
-  const old = `${out}.old-${process.pid}`;
-  if (existsSync(out)) renameSync(out, old);
-  renameSync(partial, out);
-  rmSync(old, { recursive: true, force: true });
-  const summary = JSON.parse(String(result.stdout)) as Record<string, unknown>;
-  process.stdout.write(`${JSON.stringify({ ...summary, checkpoint: out })}\n`);
+    ...(o.maxShardBytes > 0 ? ['--max-shard-bytes', String(o.maxShardBytes)] : []),
+  ]);
 }

@@ -110,19 +110,26 @@ def load_safetensors(path):
     return {name: f.read(name) for name in f.names()}
 
 
+def read_json_object(path, error=None):
+    """A JSON file holding one object; anything else raises `error` (CheckpointError) naming the file."""
+    error = error or CheckpointError
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+    except ValueError as e:
+        raise error(f"{path}: invalid JSON: {e}")
+    if not isinstance(raw, dict):
+        raise error(f"{path}: expected a JSON object")
+    return raw
+
+
 def read_config(folder):
     path = os.path.join(folder, "config.json")
     if not os.path.isdir(folder):
         raise CheckpointError(f"{folder}: not a directory (expected a checkpoint folder with config.json)")
     if not os.path.isfile(path):
         raise CheckpointError(f"{folder}: not a checkpoint: no config.json")
-    try:
-        with open(path) as f:
-            raw = json.load(f)
-    except ValueError as e:
-        raise CheckpointError(f"{path}: invalid JSON: {e}")
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
+    raw = read_json_object(path)
     # the architecture comes from config.json's architectures/model_type (Qwen3 when it names none);
     # anything model.py cannot compute exactly (MoE, sliding window, another rope) is refused here
     try:

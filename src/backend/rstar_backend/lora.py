@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checkpoint import CheckpointError, SafetensorsFile, save_safetensors
+from .checkpoint import CheckpointError, SafetensorsFile, read_json_object, save_safetensors
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -313,13 +313,7 @@ def read_adapter(folder):
     path = os.path.join(folder, CONFIG)
     if not os.path.isfile(path):
         raise AdapterError(f"{path}: missing (not an adapter folder)")
-    try:
-        with open(path) as f:
-            raw = json.load(f)
-    except ValueError as e:
-        raise AdapterError(f"{path}: invalid JSON: {e}")
-    if not isinstance(raw, dict):
-        raise AdapterError(f"{path}: expected a JSON object")
+    raw = read_json_object(path, AdapterError)
     num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
     _field(raw, path, "peft_type", lambda v: v == "LORA", '"LORA"')
     r = _field(raw, path, "r", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
