@@ -8,6 +8,7 @@ model-0000K-of-0000N.safetensors shards listed by model.safetensors.index.json.
 
 import json
 import os
+import shutil
 import struct
 
 import torch
@@ -108,6 +109,15 @@ class SafetensorsFile:
 def load_safetensors(path):
     f = SafetensorsFile(path)
     return {name: f.read(name) for name in f.names()}
+
+
+def replace_folder(tmp, folder):
+    """Puts the complete folder `tmp` in place of `folder`: a reader sees the old one or the new one whole."""
+    old = f"{folder}.old-{os.getpid()}"
+    if os.path.exists(folder):
+        os.rename(folder, old)
+    os.rename(tmp, folder)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_json_object(path, error=None):

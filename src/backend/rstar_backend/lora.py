@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checkpoint import CheckpointError, SafetensorsFile, read_json_object, save_safetensors
+from .checkpoint import CheckpointError, SafetensorsFile, read_json_object, replace_folder, save_safetensors
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -268,11 +268,7 @@ def save_adapter(model, spec, folder, base_model_name_or_path, step=None, state=
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     write_adapter(tmp, tensors, spec, base_model_name_or_path, step)
-    old = f"{folder}.old-{os.getpid()}"
-    if os.path.exists(folder):
-        os.rename(folder, old)
-    os.rename(tmp, folder)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_folder(tmp, folder)
 
 
 def is_adapter(folder):

@@ -34,8 +34,8 @@ import torch.distributed as dist
 
 from . import lora as L
 from . import parallel
-from .checkpoint import (CheckpointError, SafetensorsFile, checkpoint_dtype, copy_tokenizer, load_model, save_model,
-                         save_safetensors)
+from .checkpoint import (CheckpointError, SafetensorsFile, checkpoint_dtype, copy_tokenizer, load_model, replace_folder,
+                         save_model, save_safetensors)
 from .model import entropy_from_logits, token_logprobs
 from .parallel import SetupError
 
@@ -611,11 +611,7 @@ class Trainer:
         if record is not None:  # the Step record travels with its checkpoint: a resume can recover it
             with open(os.path.join(tmp, STEP_RECORD), "w") as f:
                 f.write(json.dumps(record) + "\n")
-        old = f"{out}.old-{os.getpid()}"
-        if os.path.exists(out):
-            os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_folder(tmp, out)
 
 
 def lora_spec(args):
