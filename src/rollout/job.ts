@@ -126,7 +126,7 @@ export async function runJob(run: JobContext, job: RunnableJob): Promise<Traject
       branched = true;
       const k = claimBranches(branching);
       if (k === 0) return;
-      let forks: ToolSession[] = [];
+      const forks: ToolSession[] = [];
       try {
         if (session) for (let i = 0; i < k; i++) forks.push(await session.fork());
       } catch (error) {
@@ -134,7 +134,6 @@ export async function runJob(run: JobContext, job: RunnableJob): Promise<Traject
         if (error instanceof AgentAbort) throw error;
         // The sandbox could not fork: this sample goes on unbranched, its budget back for others.
         releaseBranches(branching, k);
-        forks = [];
         return;
       }
       run.toolCache?.adopt(job.problem.id, k);

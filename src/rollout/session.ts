@@ -143,9 +143,10 @@ export class ToolSession {
       copy = await this.sandbox.forkSession(id);
     } catch (error) {
       if (lost(error)) return child;
-      if (error instanceof SandboxError && error.kind !== 'auth')
-        throw new ServiceFailure('sandbox', error.message);
-      throw error;
+      if (!(error instanceof SandboxError)) throw error;
+      // as for a call: a refused token stops the run, any other failure is the sandbox's
+      if (error.kind === 'auth') throw new AgentAbort(error.message);
+      throw new ServiceFailure('sandbox', error.message);
     }
     if (this.#closed || this.ended()) {
       await this.sandbox.closeSession(copy).catch(() => {});

@@ -7,11 +7,12 @@
  *
  *   node dist/test/support/fake-sglang.js '<json FakeOptions>'   → prints `listening on http://…`
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { type Exit, startServer } from '../../src/process/serve.js';
 import { loadTokenizer } from '../../src/rollout/tokenizer.js';
 import { cleanEnv } from './env.js';
+import { readJsonBody } from './http-body.js';
 
 export interface FakeOptions {
   tokenizer: string;
@@ -94,21 +95,6 @@ async function serve(o: FakeOptions): Promise<void> {
     }
   };
 
-  const body = (req: IncomingMessage): Promise<unknown> =>
-    new Promise((resolve, reject) => {
-      let s = '';
-      req.setEncoding('utf8');
-      req.on('data', (d) => {
-        s += d;
-      });
-      req.on('end', () => {
-        try {
-          resolve(JSON.parse(s || '{}'));
-        } catch (e) {
-          reject(e);
-        }
-      });
-    });
   const json = (res: ServerResponse, status: number, value: unknown) => {
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
   };
@@ -130,7 +116,7 @@ async function serve(o: FakeOptions): Promise<void> {
         );
       }
       if (req.method === 'POST' && req.url === '/update_weights_from_disk') {
-        const b = (await body(req)) as { model_path?: string; weight_version?: string };
+        const b = (await readJsonBody(req)) as { model_path?: string; weight_version?: string };
         model = String(b.model_path);
         if (b.weight_version !== undefined) version = b.weight_version;
         stats.reloads.push(model);
@@ -138,7 +124,7 @@ async function serve(o: FakeOptions): Promise<void> {
         return json(res, 200, { success: true, message: 'ok' });
       }
       if (req.method === 'POST' && req.url === '/load_lora_adapter') {
-        const b = (await body(req)) as { lora_name?: unknown; lora_path?: unknown };
+        const b = (await readJsonBody(req)) as { lora_name?: unknown; lora_path?: unknown };
         if (typeof b.lora_name !== 'string' || typeof b.lora_path !== 'string')
           return json(res, 400, { success: false, error_message: 'lora_name and lora_path are required' });
         if (loras.some((l) => l.name === b.lora_name))
@@ -155,7 +141,7 @@ async function serve(o: FakeOptions): Promise<void> {
         });
       }
       if (req.method === 'POST' && req.url === '/unload_lora_adapter') {
-        const b = (await body(req)) as { lora_name?: unknown };
+        const b = (await readJsonBody(req)) as { lora_name?: unknown };
         const i = loras.findIndex((l) => l.name === b.lora_name);
         if (i < 0)
           return json(res, 400, {
@@ -171,7 +157,7 @@ async function serve(o: FakeOptions): Promise<void> {
         });
       }
       if (req.method === 'POST' && req.url === '/update_weight_version') {
-        const b = (await body(req)) as { new_version?: unknown };
+        const b = (await readJsonBody(req)) as { new_version?: unknown };
         if (typeof b.new_version !== 'string')
           return json(res, 400, { success: false, message: 'new_version: expected a string' });
         version = b.new_version;
@@ -180,7 +166,7 @@ async function serve(o: FakeOptions): Promise<void> {
         return json(res, 200, { success: true, message: `weight version updated to ${version}` });
       }
       if (req.method === 'POST' && req.url === '/generate') {
-        const b = (await body(req)) as {
+        const b = (await readJsonBody(req)) as {
           input_ids: number[];
           sampling_params: { max_new_tokens: number; sampling_seed?: number };
           return_logprob?: boolean;

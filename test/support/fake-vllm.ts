@@ -7,9 +7,10 @@
  * names the adapter as its `model`; the reply's `model` is what served it. The reply to a request
  * is the script's text for its assistant turn, tokenized, ending with `<|im_end|>`.
  */
-import { createServer, type IncomingMessage } from 'node:http';
+import { createServer } from 'node:http';
 import { loadTokenizer } from '../../src/rollout/tokenizer.js';
 import { fakeLogprob } from './fake-sglang.js';
+import { readJsonBody } from './http-body.js';
 
 export interface FakeVllmOptions {
   tokenizer: string;
@@ -34,22 +35,6 @@ export interface FakeVllm {
   close(): Promise<void>;
 }
 
-const read = (req: IncomingMessage): Promise<Record<string, unknown>> =>
-  new Promise((resolve, reject) => {
-    let s = '';
-    req.setEncoding('utf8');
-    req.on('data', (d) => {
-      s += d;
-    });
-    req.on('end', () => {
-      try {
-        resolve(JSON.parse(s || '{}') as Record<string, unknown>);
-      } catch (e) {
-        reject(e);
-      }
-    });
-  });
-
 export async function startFakeVllm(o: FakeVllmOptions): Promise<FakeVllm> {
   const tk = await loadTokenizer(o.tokenizer);
   const eos = tk.tokenToId('<|im_end|>')!;
@@ -63,7 +48,7 @@ export async function startFakeVllm(o: FakeVllmOptions): Promise<FakeVllm> {
     const json = (status: number, text: string) =>
       res.writeHead(status, { 'content-type': 'application/json' }).end(text);
     try {
-      const b = req.method === 'POST' ? await read(req) : {};
+      const b = req.method === 'POST' ? await readJsonBody(req) : {};
       if (req.url === '/v1/models') {
         const data = [
           { id: base, object: 'model', root: base, parent: null },
