@@ -141,7 +141,6 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     options.scrapeMs ?? ROLLOUT_DEFAULTS.scrapeMs,
     () => meter.report(),
   );
-  let expected = jobs.length;
   const start = (job: RunnableJob) =>
     runJob(run, job).then(
       (t) => outcomes.push(t),
@@ -186,7 +185,6 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
         : undefined,
     branch: options.branch,
     spawn(more) {
-      expected += more.length;
       meter.grow(more.length);
       budget.grow(more.length);
       for (const job of more) start(job);
@@ -198,9 +196,9 @@ export async function* rollout(problems: Problem[], options: RolloutOptions): As
     // Every job starts at once and waits in the scheduler, which admits `concurrency` of them at
     // a time in its start order; finished ones are handed out in completion order.
     for (const job of jobs) start(job);
-    // A sample's branches are added while it runs, before it finishes: `expected` is final once
-    // every trajectory so far is in.
-    while (meter.done < expected) {
+    // A sample's branches are added (meter.grow) while it runs, before it finishes: the total is
+    // final once every trajectory so far is in.
+    while (meter.done < meter.total) {
       const t = await outcomes.next();
       budget.count(t);
       meter.finished();
