@@ -1218,41 +1218,45 @@ def main(argv):
     return 0
 
 
-class Stop(Exception):
-    """Raised in the main thread by SIGINT or SIGTERM: leave serve_forever."""
+# A stop that has not finished by then (a scheduler step of a long batch) is cut short: the
+# caller's grace before SIGKILL is 10 s, and a stopped server owes no one an answer.
+STOP_DEADLINE_S = 5.0
 
 
 def serve_until_signal(server, engine):
     """Serves until SIGINT or SIGTERM, then stops quietly: one line, no traceback.
 
     A terminal's Ctrl-C reaches the whole process group, and the wrapper forwards it too, so the
-    engine sees the signal twice; only the first counts. The process leaves with os._exit once the
-    socket is closed and the scheduler stopped: interpreter teardown with torch's threads still
-    around is what aborted in C++ before."""
+    engine sees the signal twice; only the first counts. The handler raises nothing: an exception
+    thrown into whatever the main thread was running (a thread start, a lock wait) can leave a lock
+    held and hang the exit, so it asks serve_forever to return, from another thread as the stdlib
+    requires, and arms a deadline after which the process leaves whatever is still running. The
+    process leaves with os._exit once the socket is closed and the scheduler stopped: interpreter
+    teardown with torch's threads still around is what aborted in C++ before."""
     import signal
 
+    stopping = threading.Event()
+
     def stop(signum, frame):
-        for which in (signal.SIGINT, signal.SIGTERM):
-            try:
-                signal.signal(which, signal.SIG_IGN)
-            except OSError:
-                pass  # the second signal was already pending: CPython drops it, which is the point
-        raise Stop()
+        if stopping.is_set():
+            return
+        stopping.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+        deadline = threading.Timer(STOP_DEADLINE_S, os._exit, args=(0,))
+        deadline.daemon = True
+        deadline.start()
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     host, port = server.server_address[:2]
     sys.stderr.write(f"listening on http://{host}:{port}\n")
     sys.stderr.flush()
-    stopped = False
     try:
         server.serve_forever(poll_interval=0.2)
-    except Stop:
-        stopped = True
-        sys.stderr.write("engine-serve: shutting down\n")
     finally:
+        if stopping.is_set():
+            sys.stderr.write("engine-serve: shutting down\n")
         server.server_close()
         engine.close()
-    if stopped:
-        sys.stderr.flush()
-        os._exit(0)
+    sys.stderr.flush()
+    os._exit(0)
