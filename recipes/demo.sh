@@ -22,6 +22,10 @@
 #   RSTAR_DEMO_RESERVE_RECOVERED [0]  RSTAR_DEMO_STEP_WEIGHT [0]  RSTAR_DEMO_OVERLONG_BUFFER [0]  RSTAR_DEMO_BRANCH [0]:
 #     the credit levers of issue 41, off until measured (RSTAR_RL_RESERVE_RECOVERED, _STEP_WEIGHT,
 #     _OVERLONG_BUFFER, _BRANCH in rl.sh); RSTAR_DEMO_BRANCH_CREDIT [siblings; with-parent] (RSTAR_RL_BRANCH_CREDIT)
+#   RSTAR_DEMO_LORA_RANK [0: off]  RSTAR_DEMO_LORA_ALPHA [the rank]: the RL stages train a LoRA adapter on the
+#     frozen SFT checkpoint (RSTAR_RL_LORA_RANK in rl.sh; each stage goes on from the last one's adapter), and
+#     every evaluation of an adapter step serves the base with it merged (rstar model-merge); LoRA wants
+#     a higher learning rate than full fine-tuning (RSTAR_DEMO_LR)
 #   RSTAR_DEMO_DYNAMIC [2: dynamic sampling, up to 2x the problems until every step has B mixed groups;
 #     1: off] (docs/experiments/2026-12-02-dynamic-sampling.md)
 #   RSTAR_DEMO_OVERSAMPLE [0: B problems, then refill rounds; 1: a step's first round already samples
@@ -118,6 +122,12 @@ STEP_WEIGHT=${RSTAR_DEMO_STEP_WEIGHT:-0}
 BRANCH=${RSTAR_DEMO_BRANCH:-0}
 BRANCH_CREDIT=${RSTAR_DEMO_BRANCH_CREDIT:-siblings}
 OVERLONG_BUFFER=${RSTAR_DEMO_OVERLONG_BUFFER:-0}
+[[ -z ${RSTAR_RL_LORA_RANK:-}${RSTAR_RL_LORA_ALPHA:-} ]] ||
+  die "RSTAR_RL_LORA_RANK/_ALPHA: the main job's LoRA settings are RSTAR_DEMO_LORA_RANK/_ALPHA (its evaluations merge the adapters)"
+LORA_RANK=${RSTAR_DEMO_LORA_RANK:-0}
+[[ $LORA_RANK != 0 || -z ${RSTAR_DEMO_LORA_ALPHA:-} ]] || die "RSTAR_DEMO_LORA_ALPHA: set RSTAR_DEMO_LORA_RANK too (LoRA is off)"
+LORA_ALPHA=${RSTAR_DEMO_LORA_ALPHA:-$LORA_RANK}
+[[ $LORA_RANK == 0 ]] || SETTINGS+=(RSTAR_DEMO_LORA_RANK="$LORA_RANK" RSTAR_DEMO_LORA_ALPHA="$LORA_ALPHA")
 [[ $RESERVE_RECOVERED == 0 ]] || SETTINGS+=(RSTAR_DEMO_RESERVE_RECOVERED="$RESERVE_RECOVERED")
 [[ $STEP_WEIGHT == 0 ]] || SETTINGS+=(RSTAR_DEMO_STEP_WEIGHT="$STEP_WEIGHT")
 [[ $BRANCH == 0 ]] || SETTINGS+=(RSTAR_DEMO_BRANCH="$BRANCH")
@@ -184,13 +194,21 @@ ROLLOUT=("${ENGINES[@]/#/--engine=}" --sandbox "$SANDBOX" --tokenizer "$SFT/ckpt
 # evaluate NAME CHECKPOINT VERSION N STEP: held-out avg@N of a checkpoint (kept if already done),
 # added to the curve at STEP.
 evaluate() {
-  local name=$1 ckpt=$2 version=$3 n=$4 at=$5
+  local name=$1 ckpt=$2 version=$3 n=$4 at=$5 merged=''
   if [[ ! -f $OUT/eval-$name/report.json ]]; then
     step "eval $name ($ckpt) on $(wc -l <"$DATA/test-problems.jsonl") held-out problems x $n"
+    if [[ -f $ckpt/adapter_config.json ]]; then
+      # a LoRA step: eval names no adapter, so the engines serve the base with the adapter merged in
+      merged=$OUT/eval-$name.merged
+      rm -rf "$merged"
+      child "${RSTAR[@]}" model-merge --base "$(adapter_base "$ckpt")" --adapter "$ckpt" --out "$merged" >/dev/null
+      ckpt=$merged
+    fi
     child "${RSTAR[@]}" rollout --reload "$ckpt" --weight-version "$version" "${ENGINES[@]/#/--engine=}"
     child "${RSTAR[@]}" eval --problems "$DATA/test-problems.jsonl" --n "$n" --seed 0 "${ROLLOUT[@]}" \
       --out "$OUT/eval-$name.partial" >/dev/null
     rm -rf "$OUT/eval-$name" && mv "$OUT/eval-$name.partial" "$OUT/eval-$name"
+    [[ -z $merged ]] || rm -rf "$merged"
   fi
   local avg
   avg=$(json_number "$(tr -d '\n' <"$OUT/eval-$name/report.json")" 'avg@n')
@@ -210,6 +228,8 @@ export RSTAR_RL_DOWN_SAMPLE=${RSTAR_DEMO_DOWN_SAMPLE:-roc} RSTAR_RL_SEED=${RSTAR
 export RSTAR_RL_POSITIVES=$POSITIVES
 export RSTAR_RL_RESERVE_RECOVERED=$RESERVE_RECOVERED RSTAR_RL_STEP_WEIGHT=$STEP_WEIGHT RSTAR_RL_OVERLONG_BUFFER=$OVERLONG_BUFFER
 export RSTAR_RL_BRANCH=$BRANCH RSTAR_RL_BRANCH_CREDIT=$BRANCH_CREDIT
+# LoRA: each stage trains one adapter on the SFT checkpoint, a later stage going on from the last one's
+[[ $LORA_RANK == 0 ]] || export RSTAR_RL_LORA_RANK=$LORA_RANK RSTAR_RL_LORA_ALPHA=$LORA_ALPHA
 # the curve's steps stay until they are evaluated (after their stage), and after: a rerun finds them
 export RSTAR_RL_KEEP_CHECKPOINTS=$KEEP_CHECKPOINTS RSTAR_RL_KEEP_EVERY=$CURVE_EVERY
 export RSTAR_RL_DYNAMIC=${RSTAR_DEMO_DYNAMIC:-2} RSTAR_RL_OVERSAMPLE=${RSTAR_DEMO_OVERSAMPLE:-0} RSTAR_RL_REFILL=${RSTAR_DEMO_REFILL:-streaming} RSTAR_RL_STALENESS=$STALENESS RSTAR_RL_TRAIN_THREADS=$THREADS

@@ -20,6 +20,18 @@ json_number() {
   [[ $1 =~ $re ]] && printf '%s' "${BASH_REMATCH[1]}"
 }
 
+# adapter_base FOLDER: the base checkpoint a LoRA adapter folder names (adapter_config.json's
+# base_model_name_or_path, as PEFT writes it); dies naming the file and field when it is not a folder here.
+adapter_base() {
+  local config=$1/adapter_config.json base
+  base=$(node -e 'const c = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    const b = c.base_model_name_or_path; process.stdout.write(typeof b === "string" ? b : "")' "$config") ||
+    die "$config: not readable JSON"
+  [[ -n $base ]] || die "$config: base_model_name_or_path: missing (the base this adapter trains on)"
+  [[ -f $base/config.json ]] || die "$config: base_model_name_or_path: $base is not a checkpoint folder here"
+  printf '%s' "$base"
+}
+
 # check_manifest FILE EARLIER FRESH_DIR NAME=VALUE...: a recipe reuses what its OUT holds (a
 # checkpoint, evaluations, a stage's steps) only when it was made with the same settings. FILE lists
 # the settings of the run that made it, one NAME=VALUE a line, NAME the environment variable that

@@ -62,7 +62,10 @@
 #   RSTAR_RL_LORA_RANK [0: off]  RSTAR_RL_LORA_ALPHA [the rank]  train a LoRA adapter of rank R on the frozen
 #                       base (train-step --lora-rank, --lora-alpha): OUT/step-K is an adapter folder, the
 #                       engines load each one beside the base as rstar-lora-step-K (never the base again),
-#                       and rollout --lora names it in every request (docs/rollout.md "LoRA")
+#                       and rollout --lora names it in every request (docs/rollout.md "LoRA"). A stage after
+#                       a LoRA stage (RSTAR_RL_FIRST > 1) gives that stage's last adapter folder as
+#                       RSTAR_RL_MODEL: the base is the one its adapter_config.json names, and training goes
+#                       on from the adapter and its AdamW state (train-step --lora-init)
 #   RSTAR_RL_KEEP_CHECKPOINTS [0: all]  K: after each step only the last K checkpoints stay (train-step
 #                       --keep-checkpoints), besides every RSTAR_RL_KEEP_EVERY-th [0: none] and the one
 #                       the stage started from; a resume needs only the newest
@@ -165,12 +168,20 @@ ROLLOUT_LORA=()
 if [[ $LORA_RANK != 0 ]]; then
   [[ $LORA_RANK =~ ^[1-9][0-9]*$ ]] || die "RSTAR_RL_LORA_RANK: expected a positive whole number, got '$LORA_RANK'"
   LORA_ALPHA=${RSTAR_RL_LORA_ALPHA:-$LORA_RANK}
-  ((FIRST == 1)) || die "RSTAR_RL_LORA_RANK: a LoRA stage starts from the base (RSTAR_RL_FIRST 1), got RSTAR_RL_FIRST=$FIRST"
+  # The engines label the base 0 and adapter K step K's, so a stage after step 1 goes on from an
+  # adapter, and only the first stage starts from the base alone.
+  if [[ -f $MODEL/adapter_config.json ]]; then
+    ((FIRST > 1)) || die "RSTAR_RL_MODEL: $MODEL is an adapter folder: a LoRA stage starting at step 1 trains a new adapter on the base (give the base)"
+  else
+    ((FIRST == 1)) || die "RSTAR_RL_LORA_RANK: a LoRA stage at RSTAR_RL_FIRST=$FIRST goes on from the previous stage's adapter folder, got the full checkpoint RSTAR_RL_MODEL=$MODEL"
+  fi
   OPTIONAL_SETTINGS+=(RSTAR_RL_LORA_RANK="$LORA_RANK" RSTAR_RL_LORA_ALPHA="$LORA_ALPHA")
   TRAIN_LORA=(--lora-rank "$LORA_RANK" --lora-alpha "$LORA_ALPHA")
   ROLLOUT_LORA=(--lora)
 elif [[ -n ${RSTAR_RL_LORA_ALPHA:-} ]]; then
   die "RSTAR_RL_LORA_ALPHA: set RSTAR_RL_LORA_RANK too (LoRA is off)"
+elif [[ -f $MODEL/adapter_config.json ]]; then
+  die "RSTAR_RL_MODEL: $MODEL is a LoRA adapter folder: set RSTAR_RL_LORA_RANK to go on training it, or merge it first (rstar model-merge)"
 fi
 TEMPLATE=${RSTAR_RL_TEMPLATE:-fixtures/curriculum/tiny.jinja}
 KEEP_CHECKPOINTS=${RSTAR_RL_KEEP_CHECKPOINTS:-0}
@@ -213,15 +224,20 @@ mkdir -p "$OUT"
 start=$FIRST
 model=$MODEL
 version=$((FIRST - 1))
-adapter=''  # with LoRA: the adapter a resumed stage continues from (the base stays $MODEL, version 0)
+adapter=''  # with LoRA: the adapter the stage goes on from (the base, version 0, is the one it names)
+if ((LORA_RANK != 0)) && [[ -f $MODEL/adapter_config.json ]]; then
+  adapter=$MODEL
+  model=$(adapter_base "$MODEL")
+  version=0
+fi
 if ((newest >= FIRST)) && ((LORA_RANK != 0)); then
   start=$((newest + 1)) adapter=$OUT/step-$newest
-  TRAIN_LORA+=(--lora-init "$adapter")
 elif ((newest >= FIRST)); then
   start=$((newest + 1)) model=$OUT/step-$newest version=$newest
 else
   [[ -d $MODEL ]] || die "RSTAR_RL_MODEL: $MODEL is not a checkpoint folder"
 fi
+[[ -z $adapter ]] || TRAIN_LORA+=(--lora-init "$adapter")
 TOKENIZER=${RSTAR_RL_TOKENIZER:-$model}
 [[ -f dist/src/cli.js ]] || npx tsc -p .
 ((start > FIRST)) && log "rl: resuming after step $((start - 1)) (${adapter:-$model})"
@@ -260,7 +276,8 @@ if ((${#ENGINES[@]} == 0)); then
 else
   child "${RSTAR[@]}" rollout --reload "$model" --weight-version "$version" "${ENGINES[@]/#/--engine=}"
 fi
-# a resumed LoRA stage: the engines serve the base, and the last adapter beside it (rstar-lora-step-K)
+# a LoRA stage going on from an adapter (resumed, or after a LoRA stage): the engines serve the base,
+# and that adapter beside it (rstar-lora-step-K)
 [[ -z $adapter ]] || child "${RSTAR[@]}" rollout --reload "$adapter" --weight-version "$((start - 1))" "${ENGINES[@]/#/--engine=}"
 SANDBOX=${RSTAR_RL_SANDBOX:-}
 if [[ -z $SANDBOX ]]; then

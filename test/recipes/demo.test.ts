@@ -154,6 +154,59 @@ describe('recipes/smoke.sh and demo.sh: a run folder is reused only by a run of 
     assert.deepEqual(readdirSync(join(out, 'rl')).sort(), before);
   });
 
+  it('RSTAR_DEMO_LORA_RANK: every RL stage trains one adapter on the SFT checkpoint, each evaluated merged', async () => {
+    assert.equal(first.code, 0);
+    const lora = join(out, 'lora');
+    const env = { ...TINY, RSTAR_SFT_QUICK: '1', RSTAR_DEMO_SFT: join(out, 'sft'), RSTAR_DEMO_LR: '1e-2' };
+    const wrongKnob = await recipe('demo.sh', [lora], {
+      ...env,
+      RSTAR_RL_LORA_RANK: '4',
+      RSTAR_CHECK_ONLY: '1',
+    });
+    assert.equal(wrongKnob.code, 1, wrongKnob.log);
+    assert.match(wrongKnob.log, /the main job's LoRA settings are RSTAR_DEMO_LORA_RANK/);
+    const run = await recipe('demo.sh', [lora], {
+      ...env,
+      RSTAR_DEMO_LORA_RANK: '4',
+      RSTAR_DEMO_LORA_ALPHA: '8',
+    });
+    assert.equal(run.code, 0, run.log.slice(-4000));
+    assert.match(
+      readFileSync(join(lora, 'manifest.txt'), 'utf8'),
+      /^RSTAR_DEMO_LORA_RANK=4\nRSTAR_DEMO_LORA_ALPHA=8$/m,
+    );
+    const rl = join(lora, 'rl');
+    assert.deepEqual(
+      lines<{ step: number; adapter?: boolean }>(readFileSync(join(rl, 'steps.jsonl'), 'utf8')).map((s) => [
+        s.step,
+        s.adapter,
+      ]),
+      [1, 2, 3, 4, 5, 6, 7].map((k) => [k, true]),
+    );
+    for (const k of stepFolders(rl)) {
+      const config = JSON.parse(readFileSync(join(rl, `step-${k}`, 'adapter_config.json'), 'utf8'));
+      assert.equal(
+        config.base_model_name_or_path,
+        join(out, 'sft', 'ckpt'),
+        `step-${k} trains on the SFT checkpoint`,
+      );
+      assert.deepEqual([config.r, config.lora_alpha], [4, 8]);
+      assert.ok(!existsSync(join(rl, `step-${k}`, 'model.safetensors')), `step-${k} is an adapter folder`);
+    }
+    // stage 2 went on from stage 1's last adapter, stage 3 from stage 2's
+    assert.match(readFileSync(join(rl, 'manifest-stage-4.txt'), 'utf8'), /^RSTAR_RL_MODEL=.*\/rl\/step-3$/m);
+    assert.match(readFileSync(join(rl, 'manifest-stage-6.txt'), 'utf8'), /^RSTAR_RL_MODEL=.*\/rl\/step-5$/m);
+    for (const name of ['sft', 'step2', 'stage1', 'step4', 'stage2', 'rl']) {
+      assert.ok(existsSync(join(lora, `eval-${name}`, 'report.json')), `eval-${name}`);
+    }
+    assert.deepEqual(
+      readdirSync(lora).filter((n) => n.endsWith('.merged')),
+      [],
+      'the merged copies are gone once evaluated',
+    );
+    assert.ok(existsSync(join(lora, 'compare.md')));
+  });
+
   it('RSTAR_FRESH=1 deletes a folder made with other settings and records the new ones; an unrecorded one is refused', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'rstar-manifest-'));
     try {

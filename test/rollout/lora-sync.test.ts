@@ -331,7 +331,7 @@ describe('LoRA: adapter-only sync and rollout that never goes silently off-polic
     const engine = await sglang({ cycle: [{ match: 'variant', replies: [ANSWER, WRONG] }] });
     writeFileSync(join(dir, 'problems.jsonl'), ndjson(problems(4)));
     const out = join(dir, 'recipe');
-    const recipe = async (steps: number) => {
+    const recipe = async (steps: number, stage: Record<string, string> = {}, expected = 0) => {
       const child = spawn('bash', ['recipes/rl.sh', out], {
         cwd: ROOT,
         env: cleanEnv({
@@ -345,6 +345,7 @@ describe('LoRA: adapter-only sync and rollout that never goes silently off-polic
           RSTAR_RL_MAX_TOKENS: '64',
           RSTAR_RL_STEPS: String(steps),
           RSTAR_RL_LORA_RANK: '4',
+          ...stage,
         }),
         stdio: ['ignore', 'ignore', 'pipe'],
       });
@@ -353,7 +354,8 @@ describe('LoRA: adapter-only sync and rollout that never goes silently off-polic
         log += d;
       });
       const code = await new Promise<number>((resolve) => child.on('close', (c) => resolve(c ?? 1)));
-      assert.equal(code, 0, log);
+      if (expected === 0) assert.equal(code, 0, log);
+      else assert.notEqual(code, 0, log);
       return log;
     };
     await recipe(1);
@@ -385,6 +387,51 @@ describe('LoRA: adapter-only sync and rollout that never goes silently off-polic
       readFileSync(join(out, 'trajectories', 'step-2.jsonl'), 'utf8'),
     );
     assert.ok(step2.every((t) => t.policy_version === '1'));
+
+    // A second stage goes on from the first one's last adapter: the base its adapter_config.json
+    // names goes back to the engine, that adapter beside it, and training continues from it.
+    const before = (await engine.stats()).adapters.length;
+    const stage2 = { RSTAR_RL_FIRST: '3', RSTAR_RL_MODEL: join(out, 'step-2'), RSTAR_RL_MAX_TOKENS: '96' };
+    await recipe(3, stage2);
+    const after = await engine.stats();
+    assert.deepEqual(after.reloads, [m0, m0, m0]);
+    assert.deepEqual(
+      after.adapters.slice(before).map((a) => `${a.op} ${a.name}`),
+      [
+        'unload rstar-lora-step-2',
+        'load rstar-lora-step-2',
+        'load rstar-lora-step-3',
+        'unload rstar-lora-step-2',
+      ],
+    );
+    const step3 = lines<{ policy_version: string }>(
+      readFileSync(join(out, 'trajectories', 'step-3.jsonl'), 'utf8'),
+    );
+    assert.ok(step3.every((t) => t.policy_version === '2'));
+    const config = JSON.parse(readFileSync(join(out, 'step-3', 'adapter_config.json'), 'utf8')) as {
+      base_model_name_or_path: string;
+      r: number;
+    };
+    assert.deepEqual([config.base_model_name_or_path, config.r], [m0, 4]);
+    const state = JSON.parse(readFileSync(join(out, 'step-3', 'trainer_state.json'), 'utf8')) as {
+      step: number;
+    };
+    assert.equal(state.step, 3, "the adapter's AdamW state went on from step 2's");
+    assert.ok(
+      readFileSync(join(out, 'manifest-stage-3.txt'), 'utf8').includes(
+        `RSTAR_RL_MODEL=${join(out, 'step-2')}`,
+      ),
+    );
+
+    // what a LoRA stage cannot start from, said before anything runs
+    const full = await recipe(4, { RSTAR_RL_FIRST: '4', RSTAR_RL_STEPS: '4' }, 1);
+    assert.match(full, /a LoRA stage at RSTAR_RL_FIRST=4 goes on from the previous stage's adapter folder/);
+    const noLora = await recipe(
+      4,
+      { RSTAR_RL_FIRST: '4', RSTAR_RL_MODEL: join(out, 'step-3'), RSTAR_RL_LORA_RANK: '0' },
+      1,
+    );
+    assert.match(noLora, /step-3 is a LoRA adapter folder: set RSTAR_RL_LORA_RANK/);
   });
 
   test('rollout --lora belongs to the RL loop', async () => {

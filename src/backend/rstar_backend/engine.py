@@ -12,12 +12,14 @@ admitted together prefill it once. Cached tokens nobody is using count as free (
 least recently used first, when the pool runs short); a weight update drops the cache.
 
 LoRA (SGLang's routes: POST /load_lora_adapter {lora_name, lora_path}, POST /unload_lora_adapter
-{lora_name}, `lora_path` on /generate naming a loaded adapter): engine-serve applies one adapter at a
-time, merged into the weights (lora.py; unmerging restores the base bit for bit). A request must name
-the adapter while one is loaded, and may name no other: the base cannot be served beside a merged
-adapter, so such a request is a 400, where SGLang would serve the base. The adapter's step
-(the N of a name rstar-lora-step-N, else its safetensors metadata rstar_step) is the weight_version
-while it is loaded. Loading or unloading drops the prefix cache: its K/V came from other weights.
+{lora_name}, `lora_path` on /generate naming a loaded adapter, none: the base): several adapters may be
+loaded, as in SGLang, and a request is served by the one it names. engine-serve applies one at a time,
+merged into the weights (lora.py; unmerging restores the base bit for bit): a request naming another
+waits until the running requests of the merged one have finished, then the scheduler swaps the
+merge. One-step-off rollouts need exactly this: step K+1's turns name adapter K-1 while train-step
+loads K. A reply's weight_version is the step of the adapter that served it (the N of a name
+rstar-lora-step-N, else its safetensors metadata rstar_step), the base's label for the base. A swap,
+and an unload or a new base, drops the prefix cache: its K/V came from other weights.
 
 Decode (running_kv.py, unless --decode-kv pool): each running request's K/V is also kept as one dense
 row, filled from the pool when it joins and appended to every step, which attention reads in place.
@@ -38,7 +40,7 @@ import torch
 
 from .checkpoint import CheckpointError, load_model, read_config
 from .detok import Detokenizer
-from .lora import AdapterError, adapter_step, load_adapter, merge_lora, remove_lora
+from .lora import AdapterError, adapter_step, check_adapter, load_adapter, merge_lora, remove_lora
 from .model import previous_in_row, token_logprobs
 from .radix import RadixCache
 from .running_kv import RunningKV
@@ -288,6 +290,7 @@ class Request:
         self.created = time.time()
         self.first_token_time = None
         self.weight_version = None  # the engine's when the request finished (SGLang reports it at output time)
+        self.lora = None  # the adapter it names (lora_path), None for the base
         # prefix cache: slots[:shared] are the tree's (locked at node of tree until the request
         # finishes), the rest the request's own; cached_tokens: the prefix it did not prefill
         self.tree = None
@@ -424,7 +427,8 @@ class Engine:
         # stamped on every response, so rollout can tell which policy generated a trajectory.
         self.weight_version = args.weight_version
         self.base_version = args.weight_version  # the base's label, served again once the adapter goes
-        self.adapter = None  # the loaded LoRA adapter: {"name", "path"}
+        self.adapters = {}  # the loaded LoRA adapters, in load order: name -> {"name", "path", "version"}
+        self.adapter = None  # the one merged into the weights now (None: the base)
         self.dtype = serving_dtype(args.dtype, self.device, args.model)
         check_device(self.device, self.dtype)
         self.model = self._load(args.model)
@@ -531,7 +535,11 @@ class Engine:
                 raise CheckpointError(f"{path}: architecture differs from the served model")
             self.model = self._load(path)
             self.model_path = path
-            self.adapter = None  # a new base: no adapter applies to it
+            # a new base: no adapter applies to it, and no request for one can be served
+            self.adapter = None
+            dropped, self.adapters = list(self.adapters), {}
+            for name in dropped:
+                self._fail_requests_for(name, f"adapter {name} was unloaded: the base weights were replaced")
             self._drop_cache()  # its K/V came from the old weights
             if version is not None:
                 self.base_version = version
@@ -545,50 +553,74 @@ class Engine:
         return True
 
     def load_lora(self, name, path):
-        """Applies adapter `name` from folder `path` in place of the loaded one, if any (between
-        batches). Returns its weight_version."""
+        """Registers adapter `name` from folder `path`, checked against the model; it is merged when a
+        request names it (between batches). Returns its weight_version."""
         def op():
-            if self.adapter is not None and self.adapter["name"] == name:
+            if name in self.adapters:
                 raise AdapterError(f"an adapter named {name} is already loaded (unload it first, or use a new "
                                    "name per version: a reused name could serve stale weights)")
-            remove_lora(self.model)  # the base exactly as it was (a no-op without an adapter)
-            self.adapter = None
-            self.weight_version = self.base_version
-            self._drop_cache()
-            try:
-                load_adapter(self.model, path)
-                merge_lora(self.model)
-            except BaseException:
-                remove_lora(self.model)
-                raise
-            for p in self.model.parameters():
-                p.requires_grad_(False)
+            check_adapter(self.model, path)
             # the step a name rstar-lora-step-N says (what rollout asks for), else the one saved with it
             prefix = "rstar-lora-step-"
             step = int(name[len(prefix):]) if name.startswith(prefix) and name[len(prefix):].isdigit() else None
             if step is None:
                 step = adapter_step(path)
-            self.adapter = {"name": name, "path": path}
-            self.weight_version = str(step) if step is not None else name
-            return self.weight_version
+            version = str(step) if step is not None else name
+            self.adapters[name] = {"name": name, "path": path, "version": version}
+            self.weight_version = version  # the engine's label: the newest policy it holds
+            return version
         return self.run_op(op)
 
     def unload_lora(self, name):
         def op():
-            if self.adapter is None or self.adapter["name"] != name:
+            if name not in self.adapters:
                 raise AdapterError(f"no adapter named {name} is loaded" + (
-                    f" (the loaded one is {self.adapter['name']})" if self.adapter else ""))
-            remove_lora(self.model)
-            self.adapter = None
-            self.weight_version = self.base_version
-            self._drop_cache()  # its K/V came from the adapter's weights
+                    f" (loaded: {', '.join(self.adapters)})" if self.adapters else ""))
+            del self.adapters[name]
+            self._fail_requests_for(name, f"adapter {name} was unloaded before this request ran")
+            # running requests of a merged adapter finish on it; the next swap takes it out
+            if self.adapter is not None and self.adapter["name"] == name and not self.running:
+                self._merge(None)
+            self._relabel()
             return True
         return self.run_op(op)
+
+    def _relabel(self):
+        """The engine's label once an adapter is gone: the newest one still loaded, else the base's."""
+        self.weight_version = list(self.adapters.values())[-1]["version"] if self.adapters else self.base_version
+
+    def _fail_requests_for(self, name, message):
+        """Waiting requests naming adapter `name`, which is gone, end as aborts (an answer, never a hang)."""
+        with self.lock:
+            gone = [r for r in self.waiting if r.lora == name]
+            for r in gone:
+                self.waiting.remove(r)
+        for r in gone:
+            self._finish(r, {"type": "abort", "message": message})
+
+    def _merge(self, name):
+        """The weights of adapter `name` (None: the base) in place of the merged one (scheduler thread,
+        nothing running)."""
+        remove_lora(self.model)  # the base exactly as it was (a no-op without an adapter)
+        self.adapter = None
+        self._drop_cache()  # its K/V came from the previous weights
+        if name is None:
+            return
+        a = self.adapters[name]
+        try:
+            load_adapter(self.model, a["path"])
+            merge_lora(self.model)
+        except BaseException:
+            remove_lora(self.model)
+            raise
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.adapter = a
 
     def set_weight_version(self, version):
         def op():
             self.weight_version = version
-            if self.adapter is None:
+            if not self.adapters and self.adapter is None:  # with adapters loaded it labels the newest one
                 self.base_version = version
             return True
         return self.run_op(op)
@@ -639,14 +671,32 @@ class Engine:
                 ops, self.pending_ops = self.pending_ops, []
             for op in ops:  # aborts and weight updates, before admission so an abort finds its request
                 op()
+            swap = False
             with self.lock:
                 admit = []
+                merged = None if self.adapter is None else self.adapter["name"]
                 # FIFO: the head waits until it fits, so a long request is never starved by short ones.
                 while self.waiting and len(self.running) + len(admit) < self.args.max_running_requests:
+                    if self.waiting[0].lora != merged:
+                        # another adapter (or the base): once what runs now has finished, merge it
+                        swap = not self.running and not admit
+                        break
                     if not self._reserve(self.waiting[0]):
                         break
                     admit.append(self.waiting.popleft())
                 self.max_used = max(self.max_used, self._used())
+            if swap:
+                head = self.waiting[0]
+                if head.lora is not None and head.lora not in self.adapters:
+                    self._fail_requests_for(head.lora, f"adapter {head.lora} was unloaded before this request ran")
+                    continue
+                try:
+                    self._merge(head.lora)
+                except Exception as e:  # a folder changed since it was checked: its requests fail, not the engine
+                    self.adapters.pop(head.lora, None)
+                    self._relabel()
+                    self._fail_requests_for(head.lora, f"adapter {head.lora} could not be applied: {e}")
+                continue
             try:
                 with torch.no_grad():
                     if admit:
@@ -888,12 +938,20 @@ class Engine:
     def _finish(self, r, reason, text=None, cache=True):
         """cache=False: r's K/V may be incomplete (a failed batch); nothing of it goes into the cache."""
         r.finish = reason
-        r.weight_version = self.weight_version
+        r.weight_version = self._served_version(r)
         r.text = text if text is not None else self.detok.decode(r.output, r.skip_special)
         if r.slots is not None:
             with self.lock:  # HTTP threads read the pool's counts
                 self._release(r, cache)
         r.done.set()
+
+    def _served_version(self, r):
+        """The label of the weights that served r: its adapter's step, else the base's (the engine's
+        own label when no adapter is loaded, as update_weight_version sets it)."""
+        if r.lora is not None:
+            a = self.adapters.get(r.lora) or (self.adapter if self.adapter and self.adapter["name"] == r.lora else None)
+            return a["version"] if a else r.lora
+        return self.weight_version if not self.adapters and self.adapter is None else self.base_version
 
     def _release(self, r, cache):
         # The K/V written: the input once prefilled, and every output token but the last (sampled,
@@ -959,7 +1017,8 @@ def build_requests(body, engine):
         return [v] * n
 
     sps = per("sampling_params", {})
-    for i, name in enumerate(per("lora_path", None)):
+    loras = per("lora_path", None)
+    for i, name in enumerate(loras):
         check_lora(engine, name, f"lora_path[{i}]" if batched else "lora_path")
     rls = per("return_logprob", False)
     lsl = per("logprob_start_len", -1)
@@ -981,20 +1040,17 @@ def build_requests(body, engine):
         sp = parse_sampling(sps[i], engine.cfg.eos_token_id, engine.context_len, len(p))
         rid = (rids[i] if rids is not None and i < len(rids) else None) or uuid.uuid4().hex
         reqs.append(Request(str(rid), p, sp, bool(rls[i]), int(lsl[i] if lsl[i] is not None else -1)))
+        reqs[-1].lora = loras[i]
     return reqs, batched
 
 
 def check_lora(engine, name, where):
-    """A request may be served only by what it names: the loaded adapter, or the base when none is."""
-    adapter = engine.adapter
+    """A request is served by what it names: a loaded adapter, or the base when it names none."""
     if name is not None and not isinstance(name, str):
         raise BadRequest(f"{where}: expected an adapter name, got {json.dumps(name)}")
-    if adapter is None and name is not None:
-        raise BadRequest(f"{where}: LoRA adapter {name} is not loaded (POST /load_lora_adapter first)")
-    if adapter is not None and name != adapter["name"]:
-        got = "missing" if name is None else f"{name} is not loaded"
-        raise BadRequest(f"{where}: {got}; adapter {adapter['name']} is loaded and engine-serve merges it into "
-                         "the weights, so it serves that adapter only: name it, or unload it to serve the base")
+    if name is not None and name not in engine.adapters:
+        loaded = f" (loaded: {', '.join(engine.adapters)})" if engine.adapters else ""
+        raise BadRequest(f"{where}: LoRA adapter {name} is not loaded{loaded} (POST /load_lora_adapter first)")
 
 
 def metrics_text(engine):
@@ -1146,8 +1202,7 @@ def make_handler(engine):
 
 
 def loaded_adapters(engine):
-    a = engine.adapter
-    return {} if a is None else {a["name"]: a["path"]}
+    return {a["name"]: a["path"] for a in list(engine.adapters.values())}
 
 
 class Server(ThreadingHTTPServer):

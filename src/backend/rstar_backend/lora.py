@@ -361,6 +361,29 @@ def read_adapter(folder):
     return spec, tensors
 
 
+def check_adapter(model, folder):
+    """The adapter folder's LoraSpec, once checked against the model's linear layers (names and
+    shapes both ways) without touching the model: what load_adapter would refuse, refused before
+    the adapter is ever applied (engine-serve registers several, merging one at a time)."""
+    spec, tensors = read_adapter(folder)
+    wpath = os.path.join(folder, WEIGHTS)
+    expected = {}
+    for path, m in model.named_modules():
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf in spec.targets and isinstance(m, nn.Linear):  # a merged LoraLinear is one too
+            expected[f"{PREFIX}{path}.lora_A.weight"] = (spec.r, m.in_features)
+            expected[f"{PREFIX}{path}.lora_B.weight"] = (m.out_features, spec.r)
+    missing = [k for k in expected if k not in tensors]
+    if missing:
+        raise AdapterError(f"{wpath}: {missing[0]}: missing ({len(missing)} LoRA weights of the model are absent)")
+    for key, t in tensors.items():
+        if key not in expected:
+            raise AdapterError(f"{wpath}: {key}: no such LoRA layer in the model")
+        if tuple(t.shape) != expected[key]:
+            raise AdapterError(f"{wpath}: {key}: shape {list(t.shape)} but the model's layer is {list(expected[key])}")
+    return spec
+
+
 def load_adapter(model, folder):
     """Loads an adapter folder into the model: adds the LoRA layers when it has none (or checks that
     those it has match), then copies every weight in, checking names and shapes both ways."""

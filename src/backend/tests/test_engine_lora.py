@@ -139,13 +139,70 @@ class EngineLora(TempDirCase):
         code, out = self.post("/generate", {"input_ids": PROMPT, "lora_path": "rstar-lora-step-1"})
         self.assertEqual(code, 400)
         self.assertIn("LoRA adapter rstar-lora-step-1 is not loaded", out["error"]["message"])
+        base, _ = self.score()
         self.post("/load_lora_adapter", {"lora_name": "rstar-lora-step-1", "lora_path": self.adapter("a1", 1)})
-        code, out = self.post("/generate", {"input_ids": PROMPT})
-        self.assertEqual(code, 400, "the base cannot be served beside a merged adapter")
-        self.assertIn("lora_path: missing; adapter rstar-lora-step-1 is loaded", out["error"]["message"])
+        self.post("/load_lora_adapter", {"lora_name": "rstar-lora-step-2", "lora_path": self.adapter("a2", 2, seed=2)})
+        one, meta1 = self.score("rstar-lora-step-1")
+        two, meta2 = self.score("rstar-lora-step-2")
+        again, meta0 = self.score()  # the base, beside two loaded adapters, as SGLang serves it
+        self.assertEqual([meta0["weight_version"], meta1["weight_version"], meta2["weight_version"]], ["0", "1", "2"])
+        self.assertEqual(again, base, "the base beside loaded adapters is the base bit for bit")
+        self.assertNotEqual(one, two)
+        self.assertEqual(self.score("rstar-lora-step-1")[0], one, "swapping back gives step 1's adapter exactly")
         code, out = self.post("/generate", {"input_ids": PROMPT, "lora_path": "rstar-lora-step-0"})
         self.assertEqual(code, 400)
-        self.assertIn("rstar-lora-step-0 is not loaded", out["error"]["message"])
+        self.assertIn("rstar-lora-step-0 is not loaded (loaded: rstar-lora-step-1, rstar-lora-step-2)",
+                      out["error"]["message"])
+
+    def test_one_step_off_requests_of_two_adapters_in_flight_each_get_their_own(self):
+        """Step K+1's turns name adapter K-1 while train-step loads K and step K+2 starts asking for it:
+        requests of both are in flight at once, each served by the adapter it names from its prefill to
+        its last token, never the other's weights."""
+        body = lambda name: {"input_ids": PROMPT, "lora_path": name, "return_logprob": True, "logprob_start_len": 0,
+                             "sampling_params": {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True}}
+
+        def logprobs(out):
+            meta = out["meta_info"]
+            return [x[0] for x in meta["input_token_logprobs"][1:] + meta["output_token_logprobs"]]
+
+        names = ["rstar-lora-step-1", "rstar-lora-step-2"]
+        self.post("/load_lora_adapter", {"lora_name": names[0], "lora_path": self.adapter("a1", 1)})
+        self.post("/load_lora_adapter", {"lora_name": names[1], "lora_path": self.adapter("a2", 2, seed=2)})
+        alone = {}
+        for name in names:
+            code, out = self.post("/generate", body(name))
+            self.assertEqual(code, 200, out)
+            alone[name] = (out["output_ids"], logprobs(out))
+        base = self.score()[0]
+        self.assertGreater(max(abs(a - b) for a, b in zip(alone[names[0]][1], alone[names[1]][1])), 1e-3)
+        self.assertGreater(max(abs(a - b) for a, b in zip(alone[names[0]][1], base)), 1e-3)
+        results, errors = [], []
+
+        def ask(name):
+            try:
+                results.append((name, *self.post("/generate", body(name))))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=ask, args=(names[i % 2],)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertEqual(errors, [])
+        self.assertEqual(len(results), 12)
+        for name, code, out in results:
+            self.assertEqual(code, 200, out)
+            self.assertEqual(out["meta_info"]["weight_version"], name.rsplit("-", 1)[1])
+            self.assertEqual(out["output_ids"], alone[name][0], f"{name}: other tokens than alone")
+            # batched with others the sums run in another order (~1e-6); the two adapters differ by > 1e-3
+            diff = max(abs(a - b) for a, b in zip(logprobs(out), alone[name][1]))
+            self.assertLess(diff, 1e-4, f"{name}'s request was computed under other weights")
+        # unloading the older one: a request still naming it is refused, the newer one serves on
+        self.assertEqual(self.post("/unload_lora_adapter", {"lora_name": names[0]})[0], 200)
+        self.assertEqual(self.post("/generate", body(names[0]))[0], 400)
+        code, out = self.post("/generate", body(names[1]))
+        self.assertEqual(out["output_ids"], alone[names[1]][0])
 
     def test_bad_adapter_calls_fail_with_a_clear_400(self):
         code, out = self.post("/load_lora_adapter", {"lora_name": "x", "lora_path": self.path("nowhere")})
@@ -158,7 +215,7 @@ class EngineLora(TempDirCase):
         self.assertIn("an adapter named a is already loaded", out["error_message"])
         code, out = self.post("/unload_lora_adapter", {"lora_name": "b"})
         self.assertEqual(code, 400)
-        self.assertIn("no adapter named b is loaded (the loaded one is a)", out["error_message"])
+        self.assertIn("no adapter named b is loaded (loaded: a)", out["error_message"])
         code, out = self.post("/load_lora_adapter", {"lora_path": folder})
         self.assertEqual(code, 400)
         self.assertIn("lora_name", out["error"]["message"])
@@ -166,8 +223,17 @@ class EngineLora(TempDirCase):
         code, out = self.post("/load_lora_adapter", {"lora_name": "c", "lora_path": folder})
         self.assertEqual(code, 400)
         self.assertIn("adapter_model.safetensors: missing", out["error_message"])
-        # a failed load leaves the base served, not half an adapter
-        self.assertEqual(self.get("/get_weight_version"), {"weight_version": "0"})
+        # a failed load leaves what was loaded as it was, not half an adapter
+        self.assertEqual(self.get("/get_weight_version"), {"weight_version": "1"})
+        self.assertEqual(self.get("/get_server_info")["loaded_adapters"], {"a": folder})
+        # a is merged only when a request names it, and its weights are gone by now: that request is
+        # answered (an abort saying why), the adapter dropped, and the engine serves on
+        code, out = self.post("/generate", {"input_ids": PROMPT, "lora_path": "a"})
+        self.assertEqual(code, 200, out)
+        self.assertEqual(out["meta_info"]["finish_reason"]["type"], "abort")
+        self.assertIn("adapter a could not be applied", out["meta_info"]["finish_reason"]["message"])
+        self.assertEqual(self.get("/get_server_info")["loaded_adapters"], {})
+        self.assertEqual(self.score()[1]["weight_version"], "0")
 
 
 if __name__ == "__main__":
