@@ -170,6 +170,7 @@ if [[ $LORA_RANK != 0 ]]; then
   LORA_ALPHA=${RSTAR_RL_LORA_ALPHA:-$LORA_RANK}
   # The engines label the base 0 and adapter K step K's, so a stage after step 1 goes on from an
   # adapter, and only the first stage starts from the base alone.
+  [[ -d $MODEL ]] || die "RSTAR_RL_MODEL: $MODEL is not a checkpoint or adapter folder"
   if [[ -f $MODEL/adapter_config.json ]]; then
     ((FIRST > 1)) || die "RSTAR_RL_MODEL: $MODEL is an adapter folder: a LoRA stage starting at step 1 trains a new adapter on the base (give the base)"
   else
