@@ -427,7 +427,9 @@ class Engine:
         # stamped on every response, so rollout can tell which policy generated a trajectory.
         self.weight_version = args.weight_version
         self.base_version = args.weight_version  # the base's label, served again once the adapter goes
-        self.adapters = {}  # the loaded LoRA adapters, in load order: name -> {"name", "path", "version"}
+        # the loaded LoRA adapters, in load order: name -> {"name", "path", "version", "checked"}, checked
+        # being its (spec, weights) as read at load time
+        self.adapters = {}
         self.adapter = None  # the one merged into the weights now (None: the base)
         self.dtype = serving_dtype(args.dtype, self.device, args.model)
         check_device(self.device, self.dtype)
@@ -559,14 +561,16 @@ class Engine:
             if name in self.adapters:
                 raise AdapterError(f"an adapter named {name} is already loaded (unload it first, or use a new "
                                    "name per version: a reused name could serve stale weights)")
-            check_adapter(self.model, path)
+            # read now and kept: the folder may be pruned (train-step --keep-checkpoints) before a
+            # request for this adapter runs, and a folder rewritten meanwhile must not change it
+            checked = check_adapter(self.model, path)
             # the step a name rstar-lora-step-N says (what rollout asks for), else the one saved with it
             prefix = "rstar-lora-step-"
             step = int(name[len(prefix):]) if name.startswith(prefix) and name[len(prefix):].isdigit() else None
             if step is None:
                 step = adapter_step(path)
             version = str(step) if step is not None else name
-            self.adapters[name] = {"name": name, "path": path, "version": version}
+            self.adapters[name] = {"name": name, "path": path, "version": version, "checked": checked}
             self.weight_version = version  # the engine's label: the newest policy it holds
             return version
         return self.run_op(op)
@@ -577,7 +581,7 @@ class Engine:
                 raise AdapterError(f"no adapter named {name} is loaded" + (
                     f" (loaded: {', '.join(self.adapters)})" if self.adapters else ""))
             del self.adapters[name]
-            self._fail_requests_for(name, f"adapter {name} was unloaded before this request ran")
+            self._fail_unloaded(name)
             # running requests of a merged adapter finish on it; the next swap takes it out
             if self.adapter is not None and self.adapter["name"] == name and not self.running:
                 self._merge(None)
@@ -598,6 +602,9 @@ class Engine:
         for r in gone:
             self._finish(r, {"type": "abort", "message": message})
 
+    def _fail_unloaded(self, name):
+        self._fail_requests_for(name, f"adapter {name} was unloaded before this request ran")
+
     def _merge(self, name):
         """The weights of adapter `name` (None: the base) in place of the merged one (scheduler thread,
         nothing running)."""
@@ -608,7 +615,7 @@ class Engine:
             return
         a = self.adapters[name]
         try:
-            load_adapter(self.model, a["path"])
+            load_adapter(self.model, a["path"], a["checked"])
             merge_lora(self.model)
         except BaseException:
             remove_lora(self.model)
@@ -688,7 +695,7 @@ class Engine:
             if swap:
                 head = self.waiting[0]
                 if head.lora is not None and head.lora not in self.adapters:
-                    self._fail_requests_for(head.lora, f"adapter {head.lora} was unloaded before this request ran")
+                    self._fail_unloaded(head.lora)  # unloaded between its /generate check and its queueing
                     continue
                 try:
                     self._merge(head.lora)

@@ -362,15 +362,16 @@ def read_adapter(folder):
 
 
 def check_adapter(model, folder):
-    """The adapter folder's LoraSpec, once checked against the model's linear layers (names and
-    shapes both ways) without touching the model: what load_adapter would refuse, refused before
-    the adapter is ever applied (engine-serve registers several, merging one at a time)."""
+    """(LoraSpec, {PEFT key: tensor}) of the adapter folder, checked against the model's linear
+    layers (names and shapes both ways) without touching the model. engine-serve keeps what it
+    returns in memory and applies it later with load_adapter(model, folder, checked): the folder may
+    be gone by then (train-step --keep-checkpoints prunes old steps)."""
     spec, tensors = read_adapter(folder)
     wpath = os.path.join(folder, WEIGHTS)
     expected = {}
     for path, m in model.named_modules():
         leaf = path.rsplit(".", 1)[-1]
-        if leaf in spec.targets and isinstance(m, nn.Linear):  # a merged LoraLinear is one too
+        if leaf in spec.targets and isinstance(m, nn.Linear):  # a LoraLinear (merged or not) is one too
             expected[f"{PREFIX}{path}.lora_A.weight"] = (spec.r, m.in_features)
             expected[f"{PREFIX}{path}.lora_B.weight"] = (m.out_features, spec.r)
     missing = [k for k in expected if k not in tensors]
@@ -381,13 +382,14 @@ def check_adapter(model, folder):
             raise AdapterError(f"{wpath}: {key}: no such LoRA layer in the model")
         if tuple(t.shape) != expected[key]:
             raise AdapterError(f"{wpath}: {key}: shape {list(t.shape)} but the model's layer is {list(expected[key])}")
-    return spec
+    return spec, tensors
 
 
-def load_adapter(model, folder):
-    """Loads an adapter folder into the model: adds the LoRA layers when it has none (or checks that
-    those it has match), then copies every weight in, checking names and shapes both ways."""
-    spec, tensors = read_adapter(folder)
+def load_adapter(model, folder, checked=None):
+    """Loads an adapter into the model: adds the LoRA layers when it has none (or checks that those
+    it has match), then copies every weight in. `checked`: what check_adapter(model, folder)
+    returned earlier (the folder is not read again); without it the folder is read and checked now."""
+    spec, tensors = checked if checked is not None else check_adapter(model, folder)
     have = getattr(model, "lora_spec", None)
     if any(m.merged for _, m in lora_layers(model)):
         # new A and B under weights that hold the old adapter's delta would apply both
@@ -398,19 +400,13 @@ def load_adapter(model, folder):
         raise AdapterError(f"{os.path.join(folder, CONFIG)}: r={spec.r} lora_alpha={spec.alpha} target_modules="
                            f"{sorted(spec.targets)} differ from the model's LoRA layers (r={have.r} "
                            f"lora_alpha={have.alpha} target_modules={sorted(have.targets)})")
-    wpath = os.path.join(folder, WEIGHTS)
     params = {PREFIX + name: p for name, p in model.named_parameters() if is_lora_key(name)}
-    missing = [k for k in params if k not in tensors]
-    if missing:
-        raise AdapterError(f"{wpath}: {missing[0]}: missing ({len(missing)} LoRA weights of the model are absent)")
-    for key, t in tensors.items():
-        p = params.get(key)
-        if p is None:
-            raise AdapterError(f"{wpath}: {key}: no such LoRA layer in the model")
-        if tuple(t.shape) != tuple(p.shape):
-            raise AdapterError(f"{wpath}: {key}: shape {list(t.shape)} but the model's layer is {list(p.shape)}")
-        with torch.no_grad():
-            p.copy_(t.to(device=p.device, dtype=p.dtype))
+    if params.keys() != tensors.keys():  # `checked` came from check_adapter on another model
+        key = sorted(params.keys() ^ tensors.keys())[0]
+        raise AdapterError(f"{os.path.join(folder, WEIGHTS)}: {key}: the adapter's LoRA layers differ from the model's")
+    with torch.no_grad():
+        for key, t in tensors.items():
+            params[key].copy_(t.to(device=params[key].device, dtype=params[key].dtype))
     for m in (m for _, m in lora_layers(model)):
         m.scaling = spec.scaling
     return spec

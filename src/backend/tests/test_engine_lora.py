@@ -204,6 +204,30 @@ class EngineLora(TempDirCase):
         code, out = self.post("/generate", body(names[1]))
         self.assertEqual(out["output_ids"], alone[names[1]][0])
 
+    def test_an_adapter_whose_folder_was_pruned_after_loading_is_still_served_as_loaded(self):
+        # one-step-off LoRA: step 1's folder is pruned (--keep-checkpoints) after step 2 is trained,
+        # while requests for step 1 still wait for their turn; they must be served, and by step 1
+        import shutil
+        one = self.adapter("p1", step=1, seed=1)
+        self.post("/load_lora_adapter", {"lora_name": "rstar-lora-step-1", "lora_path": one})
+        self.post("/load_lora_adapter", {"lora_name": "rstar-lora-step-2", "lora_path": self.adapter("p2", 2, seed=2)})
+        self.score("rstar-lora-step-2")  # step 2 merged, step 1 not applied since it was loaded
+        kept = {n: open(os.path.join(one, n), "rb").read() for n in os.listdir(one)}
+        shutil.rmtree(one)
+        gone, meta = self.score("rstar-lora-step-1")
+        self.assertEqual(meta["weight_version"], "1")
+        # then rewritten with other weights: the engine still serves what it loaded
+        self.adapter("p1", step=1, seed=7)
+        again, _ = self.score("rstar-lora-step-1")
+        self.assertEqual(again, gone)
+        shutil.rmtree(one)
+        os.makedirs(one)
+        for n, b in kept.items():
+            open(os.path.join(one, n), "wb").write(b)
+        self.post("/load_lora_adapter", {"lora_name": "rstar-lora-step-1b", "lora_path": one})
+        fresh, _ = self.score("rstar-lora-step-1b")
+        self.assertEqual(fresh, gone, "what was served after the prune is step 1's adapter as loaded")
+
     def test_bad_adapter_calls_fail_with_a_clear_400(self):
         code, out = self.post("/load_lora_adapter", {"lora_name": "x", "lora_path": self.path("nowhere")})
         self.assertEqual((code, out["success"]), (400, False))
@@ -226,13 +250,25 @@ class EngineLora(TempDirCase):
         # a failed load leaves what was loaded as it was, not half an adapter
         self.assertEqual(self.get("/get_weight_version"), {"weight_version": "1"})
         self.assertEqual(self.get("/get_server_info")["loaded_adapters"], {"a": folder})
-        # a is merged only when a request names it, and its weights are gone by now: that request is
-        # answered (an abort saying why), the adapter dropped, and the engine serves on
-        code, out = self.post("/generate", {"input_ids": PROMPT, "lora_path": "a"})
+        # a's weights were read when it was loaded: its folder losing them changes nothing
+        self.assertEqual(self.score("a")[1]["weight_version"], "1")
+        # an adapter that cannot be applied when its turn comes (here: the merge fails) answers its
+        # request with an abort saying why, is dropped, and the engine serves on
+        self.post("/load_lora_adapter", {"lora_name": "d", "lora_path": self.adapter("a4", 4)})
+        real = E.load_adapter
+        def broken(*args):
+            raise E.AdapterError("simulated failure")
+        E.load_adapter = broken
+        try:
+            code, out = self.post("/generate", {"input_ids": PROMPT, "lora_path": "d"})
+        finally:
+            E.load_adapter = real
         self.assertEqual(code, 200, out)
         self.assertEqual(out["meta_info"]["finish_reason"]["type"], "abort")
-        self.assertIn("adapter a could not be applied", out["meta_info"]["finish_reason"]["message"])
-        self.assertEqual(self.get("/get_server_info")["loaded_adapters"], {})
+        self.assertIn("adapter d could not be applied: simulated failure", out["meta_info"]["finish_reason"]["message"])
+        self.assertEqual(self.get("/get_server_info")["loaded_adapters"], {"a": folder})
+        self.assertEqual(self.score("a")[1]["weight_version"], "1")
+        self.post("/unload_lora_adapter", {"lora_name": "a"})
         self.assertEqual(self.score()[1]["weight_version"], "0")
 
 
