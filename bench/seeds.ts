@@ -9,8 +9,10 @@
 //
 // `--at NAME` takes the run's eval-NAME as its RL side instead of eval-rl (e.g. `--at stage1`, step 30,
 // for arms stopped after stage 1), and only the steps up to that evaluation's.
+// `--set SET` reads the evaluations recipes/heldout.sh made on a larger held-out set instead (eval-SET-sft
+// and eval-SET-rl, or eval-SET-NAME with --at).
 //
-//   npm run bench:seeds -- runs/seed0 runs/seed1 runs/seed2 [--vs runs/grpo0 runs/grpo1 runs/grpo2] [--at stage1]
+//   npm run bench:seeds -- runs/seed0 runs/seed1 runs/seed2 [--vs runs/grpo0 runs/grpo1 runs/grpo2] [--at stage1] [--set ms]
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { compareMetric, type PerProblem, readPerProblem } from '../src/eval/bootstrap.js';
@@ -47,7 +49,7 @@ const jsonLines = (file: string): Record<string, unknown>[] =>
         .map((l) => JSON.parse(l) as Record<string, unknown>)
     : [];
 
-async function load(dir: string, at: string): Promise<Run> {
+async function load(dir: string, at: string, set: string | undefined): Promise<Run> {
   let steps = jsonLines(join(dir, 'rl', 'rollout-steps.jsonl'));
   if (at !== 'rl') {
     // the curve names the step each evaluation was of
@@ -56,7 +58,8 @@ async function load(dir: string, at: string): Promise<Run> {
     const last = point.step;
     steps = steps.filter((s) => typeof s.step === 'number' && s.step <= last);
   }
-  return { dir, sft: await side(dir, 'sft'), rl: await side(dir, at), steps };
+  const name = (eval_: string) => (set === undefined ? eval_ : `${set}-${eval_}`);
+  return { dir, sft: await side(dir, name('sft')), rl: await side(dir, name(at)), steps };
 }
 
 const all = (p: EvalProblem) => (p.n > 0 ? p.correct / p.n : undefined);
@@ -236,19 +239,30 @@ async function main(): Promise<void> {
     evalName = args[atFlag + 1] ?? '';
     args.splice(atFlag, 2);
   }
+  let set: string | undefined;
+  const setFlag = args.indexOf('--set');
+  if (setFlag >= 0) {
+    set = args[setFlag + 1] ?? '';
+    args.splice(setFlag, 2);
+  }
   const at = args.indexOf('--vs');
   const dirsA = at < 0 ? args : args.slice(0, at);
   const dirsB = at < 0 ? [] : args.slice(at + 1);
-  if (dirsA.length === 0 || (at >= 0 && dirsB.length !== dirsA.length) || !/^[\w-]+$/.test(evalName)) {
+  if (
+    dirsA.length === 0 ||
+    (at >= 0 && dirsB.length !== dirsA.length) ||
+    !/^[\w-]+$/.test(evalName) ||
+    (set !== undefined && !/^[\w-]+$/.test(set))
+  ) {
     process.stderr.write(
-      'usage: seeds RUN... [--vs RUN... (as many, same seed order)] [--at EVAL (default rl)]\n',
+      'usage: seeds RUN... [--vs RUN... (as many, same seed order)] [--at EVAL (default rl)] [--set SET]\n',
     );
     process.exit(2);
   }
-  const a = await Promise.all(dirsA.map((d) => load(d, evalName)));
+  const a = await Promise.all(dirsA.map((d) => load(d, evalName, set)));
   process.stdout.write(`${arm(a)}\n`);
   if (dirsB.length > 0) {
-    const b = await Promise.all(dirsB.map((d) => load(d, evalName)));
+    const b = await Promise.all(dirsB.map((d) => load(d, evalName, set)));
     process.stdout.write(`\n${arm(b)}\n\n${versus(a, b)}\n`);
   }
 }

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -212,6 +212,54 @@ describe('recipes/smoke.sh and demo.sh: a run folder is reused only by a run of 
       'the merged copies are gone once evaluated',
     );
     assert.ok(existsSync(join(lora, 'compare.md')));
+  });
+
+  it('recipes/heldout.sh: finished runs on a larger held-out set, a shared SFT checkpoint once, a LoRA step merged', async () => {
+    assert.equal(first.code, 0);
+    const lora = join(out, 'lora');
+    const env = {
+      RSTAR_HELDOUT_PROBLEMS: '3',
+      RSTAR_HELDOUT_N: '1',
+      RSTAR_HELDOUT_ENGINES: '1',
+    };
+    const notRun = await recipe('heldout.sh', [join(out, 'rl')], env);
+    assert.equal(notRun.code, 1, notRun.log);
+    assert.match(notRun.log, /rl\/manifest.txt: missing \(not a main-job run folder\)/);
+    const res = await recipe('heldout.sh', [out, lora], env);
+    assert.equal(res.code, 0, res.log.slice(-4000));
+    const own = new Set(
+      lines<{ prompt: string }>(readFileSync(join(out, 'sft', 'data', 'test-problems.jsonl'), 'utf8')).map(
+        (p) => p.prompt,
+      ),
+    );
+    const set = readFileSync(join(out, 'eval-ms-problems.jsonl'), 'utf8');
+    const problems = lines<{ prompt: string; meta: { family: string; split: string } }>(set);
+    assert.equal(problems.length, 3);
+    for (const p of problems) {
+      assert.ok(['inspect', 'search', 'recover'].includes(p.meta.family), p.meta.family);
+      assert.equal(p.meta.split, 'test');
+      assert.ok(!own.has(p.prompt), 'none of the run’s own held-out problems');
+    }
+    for (const run of [out, lora]) {
+      assert.equal(readFileSync(join(run, 'eval-ms-problems.jsonl'), 'utf8'), set);
+      for (const side of ['sft', 'rl']) {
+        const report = JSON.parse(readFileSync(join(run, `eval-ms-${side}`, 'report.json'), 'utf8'));
+        assert.equal(report.benchmarks[0].problems, 3, `${run} eval-ms-${side}`);
+      }
+    }
+    // one SFT checkpoint, one evaluation; the LoRA run's step evaluated merged, the copy removed
+    assert.equal(res.log.match(/== eval \S*\/sft\/ckpt /g)?.length, 1, res.log);
+    assert.match(res.log, /== eval \S*\/merged on 3 held-out problems/);
+    const seeds = spawnSync('node', [`${ROOT}dist/bench/seeds.js`, out, '--vs', lora, '--set', 'ms'], {
+      encoding: 'utf8',
+    });
+    assert.equal(seeds.status, 0, seeds.stderr);
+    assert.match(seeds.stdout, /\| \*\*mean B − A\*\* \|/);
+    // finished evaluations are kept
+    const again = await recipe('heldout.sh', [out], env);
+    assert.equal(again.code, 0, again.log);
+    assert.doesNotMatch(again.log, /== eval/);
+    assert.match(again.log, /eval-ms-rl: done/);
   });
 
   it('RSTAR_FRESH=1 deletes a folder made with other settings and records the new ones; an unrecorded one is refused', async () => {
