@@ -166,7 +166,7 @@ if [[ ! -d $SFT/ckpt ]]; then
   # the recipe's own greedy and temperature-1 passes would only repeat it (~20 s).
   RSTAR_SFT_EVAL=${RSTAR_SFT_EVAL:-0} child bash recipes/sft.sh "$SFT"
 fi
-DATA=$SFT/data
+DATA=$(sft_data "$SFT") # RSTAR_SFT_DATA: the SFT run's data live elsewhere
 
 # 2. Servers shared by the stages and the evaluations: the engines, one sandbox.
 trap stop_servers EXIT

@@ -69,6 +69,7 @@ MAX_TURNS=$(setting "$FIRST" RSTAR_RL_MAX_TURNS)
 FIRST_SFT=$(sft_of "$FIRST")
 CURRICULUM=$(setting "$FIRST_SFT" RSTAR_SFT_CURRICULUM)
 TOOL_STATE=$(setting "$FIRST_SFT" RSTAR_SFT_TOOL_STATE)
+OWN=$(sft_data "$FIRST_SFT")/test-problems.jsonl # the runs' own held-out problems, kept out of the set
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rstar-heldout.XXXXXX")
 cleanup() {
@@ -96,7 +97,7 @@ for _ in 1 2 3 4 5 6; do
       .filter((p) => keep.has(p.meta.family) && !seen.has(p.prompt)).slice(0, Number(count));
     if (picked.length < Number(count)) process.exit(3);
     fs.writeFileSync(out, picked.map((p) => JSON.stringify(p)).join("\n") + "\n");
-  ' "$WORK/drawn.jsonl" "$FIRST_SFT/data/test-problems.jsonl" "$FAMILIES" "$COUNT" "$SET" && break
+  ' "$WORK/drawn.jsonl" "$OWN" "$FAMILIES" "$COUNT" "$SET" && break
   want=$((want * 2))
 done
 [[ -s $SET ]] || die "RSTAR_HELDOUT_FAMILIES: $FAMILIES: not $COUNT held-out problems of them in curriculum $CURRICULUM"

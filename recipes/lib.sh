@@ -32,6 +32,16 @@ adapter_base() {
   printf '%s' "$base"
 }
 
+# sft_data SFT_RUN: the data folder an SFT run (recipes/sft.sh OUT) was made from: the folder its
+# manifest's RSTAR_SFT_DATA names when it reused one, else its own OUT/data.
+sft_data() {
+  local data
+  data=$(sed -n 's/^RSTAR_SFT_DATA=//p' "$1/manifest.txt" 2>/dev/null | tail -n 1)
+  data=${data:-$1/data}
+  [[ -f $data/test-problems.jsonl ]] || die "$1: its data folder $data has no test-problems.jsonl"
+  printf '%s' "$data"
+}
+
 # check_manifest FILE EARLIER FRESH_DIR NAME=VALUE...: a recipe reuses what its OUT holds (a
 # checkpoint, evaluations, a stage's steps) only when it was made with the same settings. FILE lists
 # the settings of the run that made it, one NAME=VALUE a line, NAME the environment variable that

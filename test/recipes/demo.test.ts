@@ -1,6 +1,14 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -286,6 +294,35 @@ describe('recipes/smoke.sh and demo.sh: a run folder is reused only by a run of 
       assert.equal(fresh.code, 0, fresh.log);
       assert.equal(existsSync(join(dir, 'run', 'ckpt')), false);
       assert.equal(readFileSync(join(dir, 'run', 'manifest.txt'), 'utf8'), 'A=2\n');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('recipes/lib.sh sft_data: the data folder an SFT run was made from', () => {
+  const dataOf = (sft: string) =>
+    spawnSync('bash', ['-c', 'source recipes/lib.sh && sft_data "$1"', 'sft_data', sft], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: cleanEnv({}),
+    });
+
+  it('its own data/, or the folder RSTAR_SFT_DATA named; a folder without held-out problems is an error', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rstar-sft-data-'));
+    try {
+      const own = join(dir, 'own');
+      const shared = join(dir, 'shared');
+      for (const d of [join(own, 'data'), shared, join(dir, 'reuses')]) mkdirSync(d, { recursive: true });
+      writeFileSync(join(own, 'data', 'test-problems.jsonl'), '');
+      writeFileSync(join(shared, 'test-problems.jsonl'), '');
+      writeFileSync(join(own, 'manifest.txt'), 'RSTAR_SFT_SEED=0\nRSTAR_SFT_DATA=\n');
+      writeFileSync(join(dir, 'reuses', 'manifest.txt'), `RSTAR_SFT_DATA=${shared}\n`);
+      assert.equal(dataOf(own).stdout, join(own, 'data'));
+      assert.equal(dataOf(join(dir, 'reuses')).stdout, shared);
+      const none = dataOf(join(dir, 'nothing'));
+      assert.equal(none.status, 1);
+      assert.match(none.stderr, /nothing: its data folder .*nothing\/data has no test-problems.jsonl/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
