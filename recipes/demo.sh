@@ -22,9 +22,13 @@
 #   RSTAR_DEMO_STEP_WEIGHT [1: step-level advantages (advantage --step-weight 1 --gamma 0.95); 0: off]: they
 #     won on 400 held-out multi-step and 400 one-call problems over 3 seeds at equal generated tokens
 #     (docs/experiments/2026-12-06-larger-held-out-set.md)
-#   RSTAR_DEMO_RESERVE_RECOVERED [0]  RSTAR_DEMO_OVERLONG_BUFFER [0]  RSTAR_DEMO_BRANCH [0]: the other credit
-#     levers of issue 41, off until they win (RSTAR_RL_RESERVE_RECOVERED, _OVERLONG_BUFFER, _BRANCH in rl.sh);
-#     RSTAR_DEMO_BRANCH_CREDIT [siblings; with-parent] (RSTAR_RL_BRANCH_CREDIT)
+#   RSTAR_DEMO_RESERVE_RECOVERED [1: RoC keeps one positive that failed a call and then made one that
+#     succeeded, when the group has one (roc-filter --reserve-recovered 1); 0: the release's sort]: with step
+#     advantages, recovery after RL stays above SFT's on 3 seeds of 3, at equal generated tokens
+#     (docs/experiments/2026-12-06-step-advantages-default.md)
+#   RSTAR_DEMO_OVERLONG_BUFFER [0]  RSTAR_DEMO_BRANCH [0]: the other credit levers of issue 41, off until
+#     they win (RSTAR_RL_OVERLONG_BUFFER, _BRANCH in rl.sh); RSTAR_DEMO_BRANCH_CREDIT [siblings; with-parent]
+#     (RSTAR_RL_BRANCH_CREDIT)
 #   RSTAR_DEMO_LORA_RANK [0: off]  RSTAR_DEMO_LORA_ALPHA [the rank]: the RL stages train a LoRA adapter on the
 #     frozen SFT checkpoint (RSTAR_RL_LORA_RANK in rl.sh; each stage goes on from the last one's adapter), and
 #     every evaluation of an adapter step serves the base with it merged (rstar model-merge); LoRA wants
@@ -120,7 +124,7 @@ POSITIVES=${RSTAR_DEMO_POSITIVES:-sorted}
 [[ $POSITIVES == sorted || $POSITIVES == weighted ]] ||
   die "RSTAR_DEMO_POSITIVES: expected sorted or weighted, got '$POSITIVES'"
 [[ $POSITIVES == sorted ]] || SETTINGS+=(RSTAR_DEMO_POSITIVES="$POSITIVES")
-RESERVE_RECOVERED=${RSTAR_DEMO_RESERVE_RECOVERED:-0}
+RESERVE_RECOVERED=${RSTAR_DEMO_RESERVE_RECOVERED:-1}
 STEP_WEIGHT=${RSTAR_DEMO_STEP_WEIGHT:-1}
 BRANCH=${RSTAR_DEMO_BRANCH:-0}
 BRANCH_CREDIT=${RSTAR_DEMO_BRANCH_CREDIT:-siblings}
@@ -131,8 +135,8 @@ LORA_RANK=${RSTAR_DEMO_LORA_RANK:-0}
 [[ $LORA_RANK != 0 || -z ${RSTAR_DEMO_LORA_ALPHA:-} ]] || die "RSTAR_DEMO_LORA_ALPHA: set RSTAR_DEMO_LORA_RANK too (LoRA is off)"
 LORA_ALPHA=${RSTAR_DEMO_LORA_ALPHA:-$LORA_RANK}
 [[ $LORA_RANK == 0 ]] || SETTINGS+=(RSTAR_DEMO_LORA_RANK="$LORA_RANK" RSTAR_DEMO_LORA_ALPHA="$LORA_ALPHA")
+# recorded when on: a run made before these were the defaults (nothing recorded) was made with 0
 [[ $RESERVE_RECOVERED == 0 ]] || SETTINGS+=(RSTAR_DEMO_RESERVE_RECOVERED="$RESERVE_RECOVERED")
-# recorded when on: a run made before step advantages were the default (nothing recorded) was made with 0
 [[ $STEP_WEIGHT == 0 ]] || SETTINGS+=(RSTAR_DEMO_STEP_WEIGHT="$STEP_WEIGHT")
 [[ $BRANCH == 0 ]] || SETTINGS+=(RSTAR_DEMO_BRANCH="$BRANCH")
 [[ $BRANCH_CREDIT == siblings ]] || SETTINGS+=(RSTAR_DEMO_BRANCH_CREDIT="$BRANCH_CREDIT")

@@ -81,10 +81,15 @@ describe('recipes/smoke.sh and demo.sh: a run folder is reused only by a run of 
     assert.match(readFileSync(join(out, 'sft', 'manifest.txt'), 'utf8'), /^RSTAR_SFT_QUICK=1$/m);
     assert.ok(existsSync(join(out, 'compare.md')));
     const rl = join(out, 'rl');
-    // step advantages are the main job's default: recorded, and reaching every stage's advantage
-    assert.match(readFileSync(join(out, 'manifest.txt'), 'utf8'), /^RSTAR_DEMO_STEP_WEIGHT=1$/m);
+    // step advantages and a reserved recovered positive are the main job's defaults: recorded, and
+    // reaching every stage's advantage and roc-filter
+    const manifest = readFileSync(join(out, 'manifest.txt'), 'utf8');
+    assert.match(manifest, /^RSTAR_DEMO_STEP_WEIGHT=1$/m);
+    assert.match(manifest, /^RSTAR_DEMO_RESERVE_RECOVERED=1$/m);
     for (const stage of [1, 4, 6]) {
-      assert.match(readFileSync(join(rl, `manifest-stage-${stage}.txt`), 'utf8'), /^RSTAR_RL_STEP_WEIGHT=1$/m);
+      const own = readFileSync(join(rl, `manifest-stage-${stage}.txt`), 'utf8');
+      assert.match(own, /^RSTAR_RL_STEP_WEIGHT=1$/m);
+      assert.match(own, /^RSTAR_RL_RESERVE_RECOVERED=1$/m);
     }
     assert.deepEqual(
       lines<{ step: number }>(readFileSync(join(rl, 'steps.jsonl'), 'utf8')).map((s) => s.step),
