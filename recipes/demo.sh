@@ -12,7 +12,7 @@
 #   bash recipes/demo.sh [OUT]     # OUT defaults to runs/demo; rerunning resumes where it stopped
 #
 # Sizes come from environment variables (defaults in brackets):
-#   RSTAR_DEMO_STAGES ["25 25 10"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["384 512 512"] their budgets
+#   RSTAR_DEMO_STAGES ["20 20 10"] steps of stages 1, 2, 3   RSTAR_DEMO_TOKENS ["384 512 512"] their budgets
 #   RSTAR_DEMO_PROBLEMS [16] problems per step   RSTAR_DEMO_KEEP [4] G (2G rollouts per problem)
 #   RSTAR_DEMO_LR ["3e-4 3e-4 1e-4"] the learning rates of stages 1, 2, 3 (one value: all three);
 #     stage 3, on the hard subset, drifted at 3e-4 (docs/experiments/2026-12-03-stage-3-lr.md)
@@ -47,7 +47,7 @@
 #     and one more to fix a failed call
 #   RSTAR_DEMO_EVAL_N [4] samples per held-out problem for the SFT and final evaluations
 #   RSTAR_DEMO_CURVE_N [2] samples per held-out problem for the curve's points (0: skip them)
-#   RSTAR_DEMO_CURVE_EVERY [25: the ends of stages 1 and 2; each point is ~200 held-out trajectories of up to
+#   RSTAR_DEMO_CURVE_EVERY [20: the ends of stages 1 and 2; each point is ~200 held-out trajectories of up to
 #     512 tokens, ~13 s]
 #     a curve point every this many steps (the checkpoint step-K, evaluated
 #     once its stage is done, so the evaluation never shares the engine with a running stage) and
@@ -82,7 +82,7 @@ source recipes/lib.sh
 source recipes/servers.sh
 
 OUT=${1:-runs/demo}
-read -r -a STAGES <<<"${RSTAR_DEMO_STAGES:-25 25 10}"
+read -r -a STAGES <<<"${RSTAR_DEMO_STAGES:-20 20 10}"
 read -r -a TOKENS <<<"${RSTAR_DEMO_TOKENS:-384 512 512}"
 ((${#STAGES[@]} == 3 && ${#TOKENS[@]} == 3)) || die "RSTAR_DEMO_STAGES and RSTAR_DEMO_TOKENS take three numbers each"
 read -r -a LRS <<<"${RSTAR_DEMO_LR:-3e-4 3e-4 1e-4}"
@@ -90,7 +90,7 @@ read -r -a LRS <<<"${RSTAR_DEMO_LR:-3e-4 3e-4 1e-4}"
 ((${#LRS[@]} == 3)) || die "RSTAR_DEMO_LR takes one learning rate or three (one per stage), got '${RSTAR_DEMO_LR-}'"
 EVAL_N=${RSTAR_DEMO_EVAL_N:-4}
 CURVE_N=${RSTAR_DEMO_CURVE_N:-2}
-CURVE_EVERY=${RSTAR_DEMO_CURVE_EVERY:-25}
+CURVE_EVERY=${RSTAR_DEMO_CURVE_EVERY:-20}
 # Two calls and the answer are three turns; the fourth is room to fix a failed call (recovery).
 MAX_TURNS=${RSTAR_RL_MAX_TURNS:-4}
 export RSTAR_RL_MAX_TURNS=$MAX_TURNS
