@@ -79,6 +79,23 @@ export const isCorrect = (s: Sample): boolean => s.reward > 0;
 /** No closed answer block, or nothing extracted from it. */
 export const isFormatViolation = (s: Sample): boolean => s.answer_tags === 0 || s.answer === null;
 
+/**
+ * The violations by how their trajectory ended, and how many of them ended with a call that did not
+ * succeed: a trajectory still failing its calls when the budget or the turns run out has no answer to
+ * format, so those count a missing skill, not a formatting slip.
+ */
+export function violationEnds(samples: readonly Sample[]): {
+  by_finish: Record<string, number>;
+  after_failed_call: number;
+} {
+  const violations = samples.filter(isFormatViolation);
+  const lastFailed = (s: Sample) => {
+    const last = s.tool_status?.at(-1);
+    return last !== undefined && last !== 'ok';
+  };
+  return { by_finish: countFinish(violations), after_failed_call: violations.filter(lastFailed).length };
+}
+
 function countFinish(samples: readonly Sample[]): Record<string, number> {
   const out: Record<string, number> = {};
   for (const s of samples) out[s.finish] = (out[s.finish] ?? 0) + 1;
@@ -201,6 +218,10 @@ interface EvalSummaryFigures {
   tool_counts: ToolUseCounts;
   format_violations: number;
   format_violation_rate: number;
+  /** The format violations by their trajectory's finish reason. */
+  format_violations_by_finish: Record<string, number>;
+  /** Format violations whose last tool call failed or did not parse (`violationEnds`). */
+  format_violations_after_failed_call: number;
   finish: Record<string, number>;
   /** How answers were grouped for maj@n: the reward module's isEquivalent, or exact strings. */
   equivalence: 'isEquivalent' | 'exact';
@@ -251,6 +272,7 @@ export function summarize(
   const { accuracy: _, ...use } = toolUseOf(counts);
   const tokens = samples.map((s) => s.tokens);
   const violations = samples.filter(isFormatViolation).length;
+  const ends = violationEnds(samples);
   const policies = [...new Set(samples.map((s) => s.policy))].sort();
   const families = toolUseByFamily(samples, (s) => s.family);
   const multiStep = samples.filter((s) => s.multi_step);
@@ -276,6 +298,8 @@ export function summarize(
     tool_counts: counts,
     format_violations: violations,
     format_violation_rate: samples.length === 0 ? 0 : violations / samples.length,
+    format_violations_by_finish: ends.by_finish,
+    format_violations_after_failed_call: ends.after_failed_call,
     finish: countFinish(samples),
     equivalence: how.equivalence ? 'isEquivalent' : 'exact',
     rewards: how.reverified ? 'reverify' : 'trajectory',

@@ -178,6 +178,21 @@ export function markdownReport(
     return `- ${s.benchmark}: ${list || 'none'}`;
   });
   parts.push('Finish reasons:', '', ...finishes, '');
+  const violated = report.benchmarks.filter(
+    (s) => Object.keys(s.format_violations_by_finish ?? {}).length > 0,
+  );
+  if (violated.length > 0)
+    parts.push(
+      'Format violations (no closed `<answer>` with an answer) by finish reason, and how many ended right after a call that failed or could not be read (a missing skill rather than a formatting slip):',
+      '',
+      ...violated.map((s) => {
+        const list = Object.entries(s.format_violations_by_finish ?? {})
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ');
+        return `- ${s.benchmark}: ${list}; after a failed call ${s.format_violations_after_failed_call ?? 0}`;
+      }),
+      '',
+    );
   const failed = report.benchmarks.filter((s) => (s.infra_errors ?? 0) > 0);
   if (failed.length > 0) {
     parts.push(

@@ -123,6 +123,15 @@ export const EvalSummary = z.looseObject({
     .nullable()
     .optional()
     .describe('calls identical (tool, code, stdin) to an earlier call of the same trajectory / trajectories'),
+  format_violations_by_finish: z
+    .record(z.string(), z.int().nonnegative())
+    .optional()
+    .describe('answer-format violations by how their trajectory ended (stop, length, max_turns, ...)'),
+  format_violations_after_failed_call: z
+    .int()
+    .nonnegative()
+    .optional()
+    .describe('answer-format violations whose last tool call failed or could not be read'),
   'g-pass@k': z
     .record(z.string(), z.record(z.string(), z.number()))
     .optional()

@@ -6,6 +6,7 @@ import { DataError } from '../../src/errors.js';
 import { parseCsv } from '../../src/eval/csv.js';
 import { gpqaProblems, LETTERS } from '../../src/eval/gpqa.js';
 import { problemRecord, type Sample, summarize } from '../../src/eval/metrics.js';
+import { makeReport, markdownReport } from '../../src/eval/report.js';
 import { median, percentile } from '../../src/eval/stats.js';
 
 /** Exact 1 - C(n-c,k)/C(n,k) with BigInt, to check the product form against. */
@@ -207,6 +208,27 @@ describe('per-problem records and summaries', () => {
     assert.equal(s.p90_tokens, 1000);
     assert.equal(s.policy, 'p');
     assert.equal(s.trajectories, 6);
+  });
+
+  test('format violations by finish reason, and those right after a failed call', async () => {
+    const samples = [
+      sample('a', 0, { answer: '1', reward: 1, tool_status: ['failed', 'ok'] }), // answered: no violation
+      sample('a', 1, { finish: 'length', tool_calls: 3, tool_status: ['ok', 'failed', 'failed'] }),
+      sample('a', 2, { finish: 'length', tool_calls: 2, tool_status: ['failed', 'ok'] }), // recovered, then ran out
+      sample('b', 0, { finish: 'max_turns', tool_calls: 1, tool_status: ['unparsable'] }),
+      sample('b', 1, { answer_tags: 0 }), // stopped without an answer, no call
+      sample('b', 2, { answer: '2', answer_tags: 0, finish: 'stop', tool_status: ['failed'] }),
+    ];
+    const records = [
+      await problemRecord('x', 'a', samples.slice(0, 3), exactSame),
+      await problemRecord('x', 'b', samples.slice(3), exactSame),
+    ];
+    const s = summarize('x', records, samples, { equivalence: false, reverified: false });
+    assert.equal(s.format_violations, 5);
+    assert.deepEqual(s.format_violations_by_finish, { length: 2, max_turns: 1, stop: 2 });
+    assert.equal(s.format_violations_after_failed_call, 3);
+    const md = markdownReport(makeReport([s]), { lengths: {} });
+    assert.match(md, /- x: length 2, max_turns 1, stop 2; after a failed call 3/);
   });
 
   test('median and nearest-rank percentile', () => {
