@@ -80,20 +80,22 @@ export const isCorrect = (s: Sample): boolean => s.reward > 0;
 export const isFormatViolation = (s: Sample): boolean => s.answer_tags === 0 || s.answer === null;
 
 /**
- * The violations by how their trajectory ended, and how many of them ended with a call that did not
- * succeed: a trajectory still failing its calls when the budget or the turns run out has no answer to
- * format, so those count a missing skill, not a formatting slip.
+ * The violations by how their trajectory ended, and by its last call: one that ran and failed (the
+ * trajectory was still failing its calls when it stopped or ran out of budget or turns: a missing
+ * skill more than a formatting slip) or one that could not be read (the slip came earlier, in a call).
  */
 export function violationEnds(samples: readonly Sample[]): {
   by_finish: Record<string, number>;
   after_failed_call: number;
+  after_unparsable_call: number;
 } {
   const violations = samples.filter(isFormatViolation);
-  const lastFailed = (s: Sample) => {
-    const last = s.tool_status?.at(-1);
-    return last !== undefined && last !== 'ok';
+  const lastIs = (status: CallStatus) => (s: Sample) => s.tool_status?.at(-1) === status;
+  return {
+    by_finish: countFinish(violations),
+    after_failed_call: violations.filter(lastIs('failed')).length,
+    after_unparsable_call: violations.filter(lastIs('unparsable')).length,
   };
-  return { by_finish: countFinish(violations), after_failed_call: violations.filter(lastFailed).length };
 }
 
 function countFinish(samples: readonly Sample[]): Record<string, number> {
@@ -220,8 +222,10 @@ interface EvalSummaryFigures {
   format_violation_rate: number;
   /** The format violations by their trajectory's finish reason. */
   format_violations_by_finish: Record<string, number>;
-  /** Format violations whose last tool call failed or did not parse (`violationEnds`). */
+  /** Format violations whose last tool call ran and failed (`violationEnds`). */
   format_violations_after_failed_call: number;
+  /** Format violations whose last tool call could not be read. */
+  format_violations_after_unparsable_call: number;
   finish: Record<string, number>;
   /** How answers were grouped for maj@n: the reward module's isEquivalent, or exact strings. */
   equivalence: 'isEquivalent' | 'exact';
@@ -300,6 +304,7 @@ export function summarize(
     format_violation_rate: samples.length === 0 ? 0 : violations / samples.length,
     format_violations_by_finish: ends.by_finish,
     format_violations_after_failed_call: ends.after_failed_call,
+    format_violations_after_unparsable_call: ends.after_unparsable_call,
     finish: countFinish(samples),
     equivalence: how.equivalence ? 'isEquivalent' : 'exact',
     rewards: how.reverified ? 'reverify' : 'trajectory',

@@ -183,13 +183,13 @@ export function markdownReport(
   );
   if (violated.length > 0)
     parts.push(
-      'Format violations (no closed `<answer>` with an answer) by finish reason, and how many ended right after a call that failed or could not be read (a missing skill rather than a formatting slip):',
+      "Format violations (no closed `<answer>` with an answer) by finish reason, and by the trajectory's last call: one that ran and failed (still failing its calls: a missing skill more than a formatting slip) or one that could not be read (the slip came earlier, in a call):",
       '',
       ...violated.map((s) => {
         const list = Object.entries(s.format_violations_by_finish ?? {})
           .map(([k, v]) => `${k} ${v}`)
           .join(', ');
-        return `- ${s.benchmark}: ${list}; after a failed call ${s.format_violations_after_failed_call ?? 0}`;
+        return `- ${s.benchmark}: ${list}; last call failed ${s.format_violations_after_failed_call ?? 0}, unparsable ${s.format_violations_after_unparsable_call ?? 0}`;
       }),
       '',
     );

@@ -131,7 +131,12 @@ export const EvalSummary = z.looseObject({
     .int()
     .nonnegative()
     .optional()
-    .describe('answer-format violations whose last tool call failed or could not be read'),
+    .describe('answer-format violations whose last tool call ran and failed'),
+  format_violations_after_unparsable_call: z
+    .int()
+    .nonnegative()
+    .optional()
+    .describe('answer-format violations whose last tool call could not be read'),
   'g-pass@k': z
     .record(z.string(), z.record(z.string(), z.number()))
     .optional()

@@ -210,7 +210,7 @@ describe('per-problem records and summaries', () => {
     assert.equal(s.trajectories, 6);
   });
 
-  test('format violations by finish reason, and those right after a failed call', async () => {
+  test('format violations by finish reason and by their last call', async () => {
     const samples = [
       sample('a', 0, { answer: '1', reward: 1, tool_status: ['failed', 'ok'] }), // answered: no violation
       sample('a', 1, { finish: 'length', tool_calls: 3, tool_status: ['ok', 'failed', 'failed'] }),
@@ -226,9 +226,10 @@ describe('per-problem records and summaries', () => {
     const s = summarize('x', records, samples, { equivalence: false, reverified: false });
     assert.equal(s.format_violations, 5);
     assert.deepEqual(s.format_violations_by_finish, { length: 2, max_turns: 1, stop: 2 });
-    assert.equal(s.format_violations_after_failed_call, 3);
+    assert.equal(s.format_violations_after_failed_call, 2);
+    assert.equal(s.format_violations_after_unparsable_call, 1);
     const md = markdownReport(makeReport([s]), { lengths: {} });
-    assert.match(md, /- x: length 2, max_turns 1, stop 2; after a failed call 3/);
+    assert.match(md, /- x: length 2, max_turns 1, stop 2; last call failed 2, unparsable 1/);
   });
 
   test('median and nearest-rank percentile', () => {
