@@ -81,8 +81,8 @@ export const isFormatViolation = (s: Sample): boolean => s.answer_tags === 0 || 
 
 /**
  * The violations by how their trajectory ended, and by its last call: one that ran and failed (the
- * trajectory was still failing its calls when it stopped or ran out of budget or turns: a missing
- * skill more than a formatting slip) or one that could not be read (the slip came earlier, in a call).
+ * answer was lost in the turns where the model has to read a traceback and fix its call) or one that
+ * could not be read (the slip came earlier, in a call).
  */
 export function violationEnds(samples: readonly Sample[]): {
   by_finish: Record<string, number>;

@@ -183,7 +183,7 @@ export function markdownReport(
   );
   if (violated.length > 0)
     parts.push(
-      "Format violations (no closed `<answer>` with an answer) by finish reason, and by the trajectory's last call: one that ran and failed (still failing its calls: a missing skill more than a formatting slip) or one that could not be read (the slip came earlier, in a call):",
+      "Format violations (no closed `<answer>` with an answer) by finish reason, and by the trajectory's last call: one that ran and failed (the answer was lost in the turns after a failed call) or one that could not be read (the slip came earlier, in a call):",
       '',
       ...violated.map((s) => {
         const list = Object.entries(s.format_violations_by_finish ?? {})
