@@ -665,7 +665,9 @@ export class LocalPool implements Runner {
       .then(
         (raw: RawResult) => {
           if (raw.lost) {
-            this.#lose(session, 'was lost: its processes died (memory, a worker restart)');
+            // The executor says which check found the session gone (docs/sandbox.md, sessions).
+            const why = raw.stderr.trim() || 'memory, a worker restart';
+            this.#lose(session, `was lost: its processes died (${why})`);
             job.resolve(notFound(s, session.id, `session ${session.id} ${session.lost}`));
             return;
           }

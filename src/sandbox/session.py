@@ -183,6 +183,13 @@ def respond_session(call_id, flags=0, exit_code=0, cost=0.0, timed_out=False, ex
     write_all(CONTROL_OUT, [head, OUT.view[:out], ERR.view[:err]])
 
 
+def respond_lost(call_id, why, flags=FLAG_LOST):
+    """A lost session's answer: no output of the cell, only which check found the session gone (the
+    pool names it in the session's lost message)."""
+    text = why.encode('utf-8', 'replace')[:200]
+    write_all(CONTROL_OUT, [RESPONSE.pack(call_id, 0, 0.0, 0, 0, 0, flags, 0, len(text)), text])
+
+
 def session_new(call_id, number, uid, files_len):
     """Starts a family with one session, its working directory holding the request's files."""
     if not ISOLATE:
@@ -269,7 +276,7 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
     if family is None or family.dead():
         if family is not None:
             drop_family(family)
-        respond_session(call_id, FLAG_LOST)
+        respond_lost(call_id, 'its family was gone before the cell' if family is None else 'its init had exited')
         return
     OUT.reserve(keep_bytes)
     ERR.reserve(keep_bytes)
@@ -299,6 +306,7 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
     ended = None  # (status, candidate) once the init says the cell ended
     exited_at = None
     lost = not sent
+    why_lost = 'the cell could not be handed to the init' if lost else ''
     signalled = 0
 
     def read_output(fd):
@@ -337,6 +345,7 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
             ready, _, _ = select.select(open_fds + [family.ctl, family.pidfd], [], [], max(wait, 0))
             if not ready and signalled == SIGKILL:
                 lost = True  # the family did not answer a kill: hung
+                why_lost = 'the init did not answer a kill'
                 break
             for fd in ready:
                 if fd is family.ctl:
@@ -346,15 +355,18 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
                         data = b''
                     words = data.split()
                     if not words or words[0] != b'END' or int(words[1]) != seq:
-                        lost = lost or not words
+                        if not words and not lost:
+                            lost, why_lost = True, 'the init closed its socket'
                         continue
                     exited_at = time.perf_counter()
                     if words[2] == b'lost':
                         lost = True
+                        why_lost = 'the init lost the state: ' + (words[3].decode('ascii', 'replace') if len(words) > 3 else '?')
                     else:
                         ended = (int(words[2]), int(words[3]))
                 elif fd == family.pidfd:
                     lost = True
+                    why_lost = why_lost or 'the init exited during the cell'
                 else:
                     read_output(fd)
         # What the cell wrote before it ended is in the pipes: read it before the verdict (a
@@ -381,13 +393,18 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
             words = answer.split() if answer else []
             if not words or words[0] != b'DONE':
                 flags = FLAG_LOST
+                why_lost = f'the init did not answer {"the commit" if keep_state else "the rollback"} within {CTL_WAIT:g} s'
             else:
                 flags = (FLAG_ROLLED_BACK if words[1] == b'1' else 0) | (FLAG_LOST if words[2] == b'1' else 0)
+                if words[2] == b'1':
+                    why_lost = 'its state was gone after the cell'
+
             why = words[3] if len(words) > 3 else b''
             if why == b'SWEEP':
                 # Processes the init could not kill: nothing of this family can be trusted any more.
                 drop_family(family)
                 flags = FLAG_LOST | FLAG_ROLLED_BACK
+                why_lost = 'processes of the session survived the sweep after the cell'
                 number = None  # every member is dropped already
                 note = b'\nsession lost: processes of the session survived the sweep after the cell\n'
             elif why == b'FILES':
@@ -406,6 +423,9 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
     finally:
         os.close(out_r)
         os.close(err_r)
+    if flags & FLAG_LOST:
+        respond_lost(call_id, why_lost or 'the init could not be reached', flags)
+        return
     cost = exited_at - start
     respond_session(call_id, flags, status, cost, timed_out, exceeded, output.kept[out_r], output.kept[err_r])
 
@@ -663,7 +683,7 @@ class Init:
                 if state_pid == pid:
                     self.lose(number)
 
-    def lose(self, number):
+    def lose(self, number, why=b'state-died'):
         """A state died (killed from inside its family, or the memory cgroup): its session is lost."""
         pid, sock = self.states.pop(number)
         sock.close()
@@ -674,7 +694,7 @@ class Init:
             cell['lost'] = True
             if cell['pid']:
                 self.kill(cell['pid'])
-            self.ctl.send(b'END %d lost' % cell['seq'])
+            self.ctl.send(b'END %d lost %s' % (cell['seq'], why))
 
     def kill(self, pid):
         try:
@@ -729,15 +749,16 @@ class Init:
     def start_cell(self, number, seq, fds):
         try:
             if number not in self.states or self.cell is not None:
-                self.ctl.send(b'END %d lost' % seq)
+                self.ctl.send(b'END %d lost %s' % (seq, b'no-state' if number not in self.states else b'cell-running'))
                 return
             pid, sock = self.states[number]
-            if threads(pid) != 1:
+            count = threads(pid)
+            if count != 1:
                 # A state runs nothing between cells: a thread it started after the check at the
                 # hand-off (a signal handler, a timer) would run on beside every later cell.
                 self.kill(pid)
                 self.lose(number)
-                self.ctl.send(b'END %d lost' % seq)
+                self.ctl.send(b'END %d lost state-threads-%d' % (seq, count))
                 return
             self.use_tree(number)
             self.cell = {
@@ -752,7 +773,7 @@ class Init:
             try:
                 socket.send_fds(sock, [b'CELL %d' % seq], fds)
             except OSError:
-                self.lose(number)
+                self.lose(number, b'state-unreachable')
         finally:
             for fd in fds:
                 os.close(fd)
@@ -767,7 +788,7 @@ class Init:
         if not message:
             # Every holder of the socket closed it: the state is gone.
             self.kill(self.states[number][0])
-            self.lose(number)
+            self.lose(number, b'state-socket-closed')
             return
         words = message.split()
         try:
