@@ -398,7 +398,6 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
                 flags = (FLAG_ROLLED_BACK if words[1] == b'1' else 0) | (FLAG_LOST if words[2] == b'1' else 0)
                 if words[2] == b'1':
                     why_lost = 'its state was gone after the cell'
-
             why = words[3] if len(words) > 3 else b''
             if why == b'SWEEP':
                 # Processes the init could not kill: nothing of this family can be trusted any more.
@@ -406,7 +405,7 @@ def session_cell(call_id, number, code_len, input_len, keep_bytes, timeout, mode
                 flags = FLAG_LOST | FLAG_ROLLED_BACK
                 why_lost = 'processes of the session survived the sweep after the cell'
                 number = None  # every member is dropped already
-                note = b'\nsession lost: processes of the session survived the sweep after the cell\n'
+                note = b''  # a lost session's answer carries why_lost only (respond_lost)
             elif why == b'FILES':
                 note = b'\nsession: the cell was rolled back: the working directories of this session and its forks'
                 note += b' would hold over %d MiB\n' % (family_files_bytes() >> 20)
