@@ -31,6 +31,9 @@
 #                     session, some reusing a variable of their first call, the prompts saying so, and the
 #                     evaluation rolled out the same way (sft-data / rollout --tool-state); RL must then use
 #                     RSTAR_RL_TOOL_STATE=session]
+#   RSTAR_SFT_FAMILY_WEIGHTS [unset: the curriculum's families drawn uniformly; e.g. inspect=2,search=2,recover=2:
+#                     the training demonstrations in those proportions (sft-data --family-weights), the
+#                     held-out problems unchanged]
 #   RSTAR_SFT_EVAL [1; 0: no held-out evaluation here, for a caller that evaluates the checkpoint itself,
 #   as recipes/demo.sh does; the training budget still leaves RSTAR_SFT_EVAL_RESERVE, so the SFT is the same]
 # OUT/manifest.txt records the settings above that shape OUT's data and checkpoint; a rerun with other
@@ -72,8 +75,16 @@ TOOL_STATE=${RSTAR_SFT_TOOL_STATE:-stateless}
   die "RSTAR_SFT_TOOL_STATE: expected stateless or session, got '$TOOL_STATE'"
 # Recorded in the manifest only when it is not the default, so folders made before the setting
 # existed (all stateless) are still reused.
-TOOL_STATE_SETTING=()
-[[ $TOOL_STATE == stateless ]] || TOOL_STATE_SETTING=(RSTAR_SFT_TOOL_STATE="$TOOL_STATE")
+LATER_SETTINGS=()
+[[ $TOOL_STATE == stateless ]] || LATER_SETTINGS=(RSTAR_SFT_TOOL_STATE="$TOOL_STATE")
+# sft-data --family-weights: the training demonstrations' family proportions (unset: uniform); recorded
+# only when set, as above
+FAMILY_WEIGHTS=${RSTAR_SFT_FAMILY_WEIGHTS:-}
+WEIGHTS_ARG=()
+[[ -z $FAMILY_WEIGHTS ]] || {
+  LATER_SETTINGS+=(RSTAR_SFT_FAMILY_WEIGHTS="$FAMILY_WEIGHTS")
+  WEIGHTS_ARG=(--family-weights "$FAMILY_WEIGHTS")
+}
 
 # What OUT's data was made with (a rerun reuses OUT/data; recipes/demo.sh reuses OUT/ckpt): another
 # run's is refused, naming the settings that differ (RSTAR_FRESH=1: start afresh). The evaluation's
@@ -85,7 +96,7 @@ check_manifest "$OUT/manifest.txt" "$earlier" "$OUT" RSTAR_SFT_QUICK="$QUICK" RS
   RSTAR_SFT_BATCH="$BATCH" RSTAR_SFT_LR="$LR" RSTAR_SFT_WARMUP="$WARMUP" RSTAR_SFT_WINDOW="$WINDOW" RSTAR_SFT_DECAY="$DECAY" \
   RSTAR_SFT_TOTAL="$TOTAL" RSTAR_SFT_SECONDS="${RSTAR_SFT_SECONDS:-}" RSTAR_SFT_EVAL_RESERVE="$EVAL_RESERVE" \
   RSTAR_SFT_MAX_STEPS="$MAX_STEPS" RSTAR_SFT_TEMPLATE="$TEMPLATE" RSTAR_SFT_DATA="${RSTAR_SFT_DATA:-}" \
-  "${TOOL_STATE_SETTING[@]}"
+  "${LATER_SETTINGS[@]}"
 if [[ ${RSTAR_CHECK_ONLY:-0} == 1 ]]; then
   log "sft: $OUT: settings match (RSTAR_CHECK_ONLY=1: nothing run)"
   exit 0
@@ -103,7 +114,7 @@ if [[ ! -s $DATA/sft.jsonl ]]; then
   [[ -n ${RSTAR_SFT_SANDBOX:-} ]] && runner=(--sandbox "$RSTAR_SFT_SANDBOX")
   step "sft-data --synthetic $CURRICULUM --train $TRAIN --test $TEST"
   child "${RSTAR[@]}" sft-data --synthetic "$CURRICULUM" --train "$TRAIN" --test "$TEST" --seed "$SEED" \
-    "${runner[@]}" --chat-template "$TEMPLATE" --tool-state "$TOOL_STATE" --out "$DATA"
+    "${runner[@]}" "${WEIGHTS_ARG[@]}" --chat-template "$TEMPLATE" --tool-state "$TOOL_STATE" --out "$DATA"
 fi
 
 # 2. A fresh tiny model.

@@ -12,7 +12,14 @@ import type { ToolState } from '../rollout/tool-state.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { ConversationRenderer } from '../sft/conversation.js';
 import { agenticDemonstrations } from '../sft/curriculum/agentic.js';
-import { CURRICULA, demonstrations, problemOf, split, type Task } from '../sft/curriculum/index.js';
+import {
+  CURRICULA,
+  demonstrations,
+  parseFamilyWeights,
+  problemOf,
+  split,
+  type Task,
+} from '../sft/curriculum/index.js';
 import type { SftRecord } from '../sft/record.js';
 import { emptyStats, readSources } from '../sft/sources/index.js';
 import {
@@ -27,6 +34,7 @@ const TINY = fileURLToPath(new URL('../../../fixtures/tiny', import.meta.url));
 
 interface Options {
   synthetic?: string;
+  familyWeights?: string;
   train: number;
   test: number;
   seed: number;
@@ -91,7 +99,15 @@ function multiStep(
 }
 
 async function synthetic(name: string, opts: Options, renderer: ConversationRenderer): Promise<void> {
-  const tasks = split(name, { train: opts.train, test: opts.test, seed: opts.seed });
+  let weights: Record<string, number> | undefined;
+  if (opts.familyWeights !== undefined) {
+    try {
+      weights = parseFamilyWeights(opts.familyWeights, name);
+    } catch (e) {
+      throw new UsageError(`--family-weights: ${(e as Error).message}`);
+    }
+  }
+  const tasks = split(name, { train: opts.train, test: opts.test, seed: opts.seed, weights });
   const runner = await toolRunner(opts);
   // Multi-step tasks (the agentic families, agentic.ts) carry files.
   const single = tasks.train.filter((t) => t.steps === undefined);
@@ -149,6 +165,10 @@ export async function run(argv: string[]): Promise<void> {
       'sources: OpenAI messages, ShareGPT/Hermes conversations, or instruction pairs (NDJSON)',
     )
     .addOption(choice('--synthetic <name>', 'build the tool-use curriculum instead', CURRICULA))
+    .option(
+      '--family-weights <spec>',
+      "synthetic: draw the training demonstrations' families in these proportions, e.g. inspect=2,search=2 (others weigh 1; the held-out problems stay the uniform draw)",
+    )
     .option('--train <n>', 'synthetic: training demonstrations', integer(0), 1000)
     .option('--test <n>', 'synthetic: held-out problems', integer(0), 200)
     .option('--seed <n>', 'shuffle / generation seed', integer(), 0)
@@ -194,6 +214,7 @@ export async function run(argv: string[]): Promise<void> {
     return;
   }
   if (opts.out !== undefined) throw new UsageError('--out is for --synthetic; sources go to stdout');
+  if (opts.familyWeights !== undefined) throw new UsageError('--family-weights is for --synthetic');
   const stats = emptyStats();
   const records: SftRecord[] = await readSources(
     files,

@@ -7,7 +7,14 @@ import { Problem } from '../../src/records/problem.js';
 import { TrainRecord } from '../../src/records/trajectory.js';
 import { loadProtocol, type ProtocolContext, promptIds } from '../../src/rollout/protocol.js';
 import { ConversationRenderer } from '../../src/sft/conversation.js';
-import { CURRICULA, demonstrations, FAMILIES, isTestPrompt, split } from '../../src/sft/curriculum/index.js';
+import {
+  CURRICULA,
+  demonstrations,
+  FAMILIES,
+  isTestPrompt,
+  parseFamilyWeights,
+  split,
+} from '../../src/sft/curriculum/index.js';
 import { embeddedRunner, type ToolRunner } from '../../src/sft/tool-runner.js';
 import { lines, ROOT, rstar } from '../support/helpers.js';
 
@@ -231,5 +238,72 @@ describe('synthetic curriculum', () => {
     const bad = await rstar(['sft-data', '--synthetic', 'nope']);
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /--synthetic: nope is not one of /);
+  });
+
+  it('--family-weights draws the training families in proportion and leaves the held-out problems as they were', () => {
+    const count = (tasks: { family: string }[]) => {
+      const c: Record<string, number> = {};
+      for (const t of tasks) c[t.family] = (c[t.family] ?? 0) + 1;
+      return c;
+    };
+    const plain = split('mix-agentic', { train: 4000, test: 60, seed: 3 });
+    const weights = parseFamilyWeights('inspect=3,search=3,recover=3,word=0', 'mix-agentic');
+    const weighted = split('mix-agentic', { train: 4000, test: 60, seed: 3, weights });
+    // the same held-out problems, so runs with other weights are evaluated alike
+    assert.deepEqual(weighted.test, plain.test);
+    assert.equal(weighted.train.length, 4000);
+    const train = new Set(weighted.train.map((t) => t.prompt));
+    assert.equal(train.size, 4000);
+    assert.ok(weighted.test.every((t) => !train.has(t.prompt)));
+    // weights 1 1 1 1 0 3 3 3: a weight-3 family 3/13 of the draws, a weight-1 family 1/13, word none
+    const c = count(weighted.train);
+    assert.equal(c.word, undefined);
+    for (const f of ['inspect', 'search', 'recover'])
+      assert.ok(Math.abs(c[f] / 4000 - 3 / 13) < 0.03, `${f}: ${c[f]}`);
+    for (const f of ['arith', 'mod', 'count', 'stdin'])
+      assert.ok(Math.abs(c[f] / 4000 - 1 / 13) < 0.02, `${f}: ${c[f]}`);
+    // uniform: every family about 1/8
+    for (const n of Object.values(count(plain.train))) assert.ok(Math.abs(n / 4000 - 1 / 8) < 0.025);
+    // seeded
+    assert.deepEqual(split('mix-agentic', { train: 4000, test: 60, seed: 3, weights }), weighted);
+  });
+
+  it('--family-weights refuses what it cannot draw, naming the entry', async () => {
+    assert.throws(
+      () => parseFamilyWeights('inspect=2', 'mix'),
+      /'inspect' is not a family of mix \(its families: arith, /,
+    );
+    assert.throws(() => parseFamilyWeights('inspect=-1', 'agentic'), /'inspect=-1': expected FAMILY=WEIGHT/);
+    assert.throws(() => parseFamilyWeights('inspect', 'agentic'), /'inspect': expected FAMILY=WEIGHT/);
+    assert.throws(() => parseFamilyWeights('search=1,search=2', 'agentic'), /'search' is named twice/);
+    assert.throws(
+      () => parseFamilyWeights('inspect=0,search=0,recover=0', 'agentic'),
+      /every family weighs 0/,
+    );
+    assert.deepEqual(parseFamilyWeights('inspect=0.5, search = 2', 'agentic'), { inspect: 0.5, search: 2 });
+    const out = join(dir, 'weighted');
+    const bad = await rstar([
+      'sft-data',
+      '--synthetic',
+      'mix',
+      '--train',
+      '2',
+      '--test',
+      '1',
+      '--family-weights',
+      'recover=2',
+      '--out',
+      out,
+    ]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--family-weights: 'recover' is not a family of mix/);
+    const stray = await rstar([
+      'sft-data',
+      '--family-weights',
+      'arith=2',
+      'fixtures/sft-sources/openai.jsonl',
+    ]);
+    assert.equal(stray.code, 2);
+    assert.match(stray.stderr, /--family-weights is for --synthetic/);
   });
 });

@@ -279,19 +279,63 @@ function word(rng: Rng): Task {
 
 export const FAMILIES: Record<string, Family> = { arith, mod, count, stdin, word };
 
+/** The families a curriculum draws from, by name (a single family: itself), or undefined. */
+export function familiesOf(name: string): Record<string, Family> | undefined {
+  const pool: Record<string, Record<string, Family>> = {
+    mix: FAMILIES,
+    agentic: AGENTIC_FAMILIES,
+    'mix-agentic': { ...FAMILIES, ...AGENTIC_FAMILIES },
+  };
+  const one = FAMILIES[name] ?? AGENTIC_FAMILIES[name];
+  return pool[name] ?? (one === undefined ? undefined : { [name]: one });
+}
+
 /**
  * `mix` draws each task from a uniformly chosen one-call family, `agentic` from the multi-step
- * families (agentic.ts), `mix-agentic` from all of them.
+ * families (agentic.ts), `mix-agentic` from all of them. `weights` (family -> weight, an absent
+ * family weighing 1) draws the families in those proportions instead.
  */
-export function family(name: string): Family | undefined {
-  const pool: Record<string, Family[]> = {
-    mix: Object.values(FAMILIES),
-    agentic: Object.values(AGENTIC_FAMILIES),
-    'mix-agentic': [...Object.values(FAMILIES), ...Object.values(AGENTIC_FAMILIES)],
+export function family(name: string, weights?: Readonly<Record<string, number>>): Family | undefined {
+  const pool = familiesOf(name);
+  if (pool === undefined) return undefined;
+  const all = Object.entries(pool);
+  if (all.length === 1) return all[0][1];
+  if (weights === undefined) return (rng) => rng.pick(all)[1](rng);
+  const cumulative: number[] = [];
+  let total = 0;
+  for (const [key] of all) {
+    total += weights[key] ?? 1;
+    cumulative.push(total);
+  }
+  return (rng) => {
+    const x = rng.next() * total;
+    // the first family whose cumulative weight passes x (a weight of 0 is never drawn)
+    const at = cumulative.findIndex((c) => x < c);
+    return all[at < 0 ? all.length - 1 : at][1](rng);
   };
-  const all = pool[name];
-  if (all !== undefined) return (rng) => rng.pick(all)(rng);
-  return FAMILIES[name] ?? AGENTIC_FAMILIES[name];
+}
+
+/**
+ * `--family-weights` (`inspect=2,search=2`): the weight of each named family of `curriculum`, the
+ * others weighing 1. Unknown families, malformed or negative weights, and weights that leave
+ * nothing to draw are refused, naming the entry.
+ */
+export function parseFamilyWeights(spec: string, curriculum: string): Record<string, number> {
+  const pool = familiesOf(curriculum);
+  if (pool === undefined) throw new Error(`unknown curriculum '${curriculum}'`);
+  const known = Object.keys(pool);
+  const weights: Record<string, number> = {};
+  for (const entry of spec.split(',')) {
+    const m = /^\s*([a-z-]+)\s*=\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*$/.exec(entry);
+    if (m === null) throw new Error(`'${entry}': expected FAMILY=WEIGHT (a number >= 0), e.g. inspect=2`);
+    const [, key, value] = m;
+    if (!known.includes(key))
+      throw new Error(`'${key}' is not a family of ${curriculum} (its families: ${known.join(', ')})`);
+    if (key in weights) throw new Error(`'${key}' is named twice`);
+    weights[key] = Number(value);
+  }
+  if (known.every((k) => (weights[k] ?? 1) === 0)) throw new Error('every family weighs 0: nothing to draw');
+  return weights;
 }
 
 export const CURRICULA = [

@@ -11,7 +11,7 @@ import type { CodeCall, ToolRunner } from '../tool-runner.js';
 import { DEMO_CONCURRENCY } from './agentic.js';
 import { brokenCode, CURRICULA, family, type Task } from './families.js';
 
-export { CURRICULA, FAMILIES, type Task } from './families.js';
+export { CURRICULA, FAMILIES, familiesOf, parseFamilyWeights, type Task } from './families.js';
 
 export const TOOL_NAME = 'python_code_with_standard_io';
 
@@ -24,6 +24,12 @@ export interface SplitOptions {
   train: number;
   test: number;
   seed: number;
+  /**
+   * Family weights of the training side (`--family-weights`). The held-out side stays the
+   * curriculum's uniform draw, the very problems an unweighted split of the seed holds, so runs
+   * with other weights are evaluated on the same problems.
+   */
+  weights?: Readonly<Record<string, number>>;
 }
 
 export interface Split {
@@ -32,8 +38,22 @@ export interface Split {
 }
 
 /** Seeded, duplicate-free, disjoint train and held-out test tasks of one curriculum. */
-export function split(name: string, { train, test, seed }: SplitOptions): Split {
-  const make = family(name);
+export function split(name: string, { train, test, seed, weights }: SplitOptions): Split {
+  if (weights !== undefined) {
+    // (disjoint still: which side a problem is on is a function of its prompt)
+    return { train: draw(name, train, 0, seed, weights).train, test: draw(name, train, test, seed).test };
+  }
+  return draw(name, train, test, seed);
+}
+
+function draw(
+  name: string,
+  train: number,
+  test: number,
+  seed: number,
+  weights?: Readonly<Record<string, number>>,
+): Split {
+  const make = family(name, weights);
   if (make === undefined)
     throw new UsageError(`unknown curriculum '${name}'; known: ${CURRICULA.join(', ')}`);
   const rng = new Rng(seed);
