@@ -10,7 +10,6 @@
  * --cpu-prof DIR (profile the server).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import type { Submission, SubmissionResult } from '../src/records/sandbox.js';
