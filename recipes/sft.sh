@@ -31,9 +31,9 @@
 #                     session, some reusing a variable of their first call, the prompts saying so, and the
 #                     evaluation rolled out the same way (sft-data / rollout --tool-state); RL must then use
 #                     RSTAR_RL_TOOL_STATE=session]
-#   RSTAR_SFT_FAMILY_WEIGHTS [unset: the curriculum's families drawn uniformly; e.g. inspect=2,search=2,recover=2:
-#                     the training demonstrations in those proportions (sft-data --family-weights), the
-#                     held-out problems unchanged]
+#   RSTAR_SFT_FAMILY_WEIGHTS [mix-agentic: inspect=2,search=2,recover=2, each multi-step family drawn twice as
+#                     often as a one-call one; other curricula: uniform]: the training demonstrations' family
+#                     proportions (sft-data --family-weights; `uniform`: all alike), the held-out problems unchanged
 #   RSTAR_SFT_EVAL [1; 0: no held-out evaluation here, for a caller that evaluates the checkpoint itself,
 #   as recipes/demo.sh does; the training budget still leaves RSTAR_SFT_EVAL_RESERVE, so the SFT is the same]
 # OUT/manifest.txt records the settings above that shape OUT's data and checkpoint; a rerun with other
@@ -77,9 +77,13 @@ TOOL_STATE=${RSTAR_SFT_TOOL_STATE:-stateless}
 # existed (all stateless) are still reused.
 LATER_SETTINGS=()
 [[ $TOOL_STATE == stateless ]] || LATER_SETTINGS=(RSTAR_SFT_TOOL_STATE="$TOOL_STATE")
-# sft-data --family-weights: the training demonstrations' family proportions (unset: uniform); recorded
-# only when set, as above
-FAMILY_WEIGHTS=${RSTAR_SFT_FAMILY_WEIGHTS:-}
+# sft-data --family-weights: the training demonstrations' family proportions. mix-agentic's default
+# draws each multi-step family twice as often as a one-call one (docs/sft.md); `uniform` (or '') draws
+# them alike. Recorded only when not uniform, as above.
+DEFAULT_WEIGHTS=''
+[[ $CURRICULUM != mix-agentic ]] || DEFAULT_WEIGHTS=inspect=2,search=2,recover=2
+FAMILY_WEIGHTS=${RSTAR_SFT_FAMILY_WEIGHTS-$DEFAULT_WEIGHTS}
+[[ $FAMILY_WEIGHTS != uniform ]] || FAMILY_WEIGHTS=''
 WEIGHTS_ARG=()
 [[ -z $FAMILY_WEIGHTS ]] || {
   LATER_SETTINGS+=(RSTAR_SFT_FAMILY_WEIGHTS="$FAMILY_WEIGHTS")

@@ -77,6 +77,16 @@ describe('recipes/sft.sh', () => {
       assert.equal(other.code, 1, other.log);
       assert.match(other.log, /RSTAR_SFT_TRAIN: '48' there; '40' now/);
       assert.doesNotMatch(other.log, /sft-data|model-init/);
+
+      // the default curriculum's family weights are a setting of OUT's data: recorded, and a run
+      // that asks for uniform families is refused (its data would be another draw)
+      assert.match(
+        readFileSync(join(out, 'manifest.txt'), 'utf8'),
+        /^RSTAR_SFT_FAMILY_WEIGHTS=inspect=2,search=2,recover=2$/m,
+      );
+      const uniform = await recipe(out, { RSTAR_SFT_FAMILY_WEIGHTS: 'uniform' });
+      assert.equal(uniform.code, 1, uniform.log);
+      assert.match(uniform.log, /RSTAR_SFT_FAMILY_WEIGHTS: 'inspect=2,search=2,recover=2' there; not a setting now/);
     } finally {
       rmSync(out, { recursive: true, force: true });
     }
