@@ -86,7 +86,10 @@ describe('recipes/sft.sh', () => {
       );
       const uniform = await recipe(out, { RSTAR_SFT_FAMILY_WEIGHTS: 'uniform' });
       assert.equal(uniform.code, 1, uniform.log);
-      assert.match(uniform.log, /RSTAR_SFT_FAMILY_WEIGHTS: 'inspect=2,search=2,recover=2' there; not a setting now/);
+      assert.match(
+        uniform.log,
+        /RSTAR_SFT_FAMILY_WEIGHTS: 'inspect=2,search=2,recover=2' there; not a setting now/,
+      );
     } finally {
       rmSync(out, { recursive: true, force: true });
     }
